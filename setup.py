@@ -1,0 +1,32 @@
+"""Install with `pip install -e ".[test]"`; the pins match requirements.txt."""
+
+from setuptools import find_packages, setup
+
+RUNTIME = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "chex==0.1.92",
+    "numpy==2.4.6",
+    "dm_control==1.0.50",
+    "mujoco==3.17.0",  # 4.x breaks dm_control 1.0.50
+    "absl-py==2.5.1",
+    "orbax-checkpoint==0.12.8",
+    "scipy==1.17.1",
+    "matplotlib==3.11.2",
+    "tqdm==4.70.1",
+    "submitit==1.5.4",
+]
+TEST = ["pytest==9.0.3", "hypothesis==6.155.2", "rliable==1.2.0", "ruff==0.17.6"]
+
+setup(
+    name="singularclip-rl",
+    version="0.1.0",
+    description="SAC and BRO in JAX/Flax with SingularClip and resets, for studying plasticity.",
+    python_requires=">=3.10",
+    packages=find_packages(include=["agents*", "networks*", "interventions*", "replay*",
+                                    "envs*", "launch*", "analysis*"]),
+    install_requires=RUNTIME,
+    extras_require={"test": TEST},
+)
