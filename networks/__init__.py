@@ -1,0 +1,15 @@
+"""Flax linen modules shared by the agents."""
+
+from networks.common import MLP, default_init
+from networks.critics import Critic, Ensemble
+from networks.policies import TanhGaussianPolicy, tanh_gaussian_log_prob, tanh_gaussian_sample
+
+__all__ = [
+    "MLP",
+    "Critic",
+    "Ensemble",
+    "TanhGaussianPolicy",
+    "default_init",
+    "tanh_gaussian_log_prob",
+    "tanh_gaussian_sample",
+]

@@ -1,0 +1,188 @@
+"""Soft Actor-Critic (Haarnoja et al.) as in Nikishin et al. 2022, with LayerNorm MLPs.
+
+Pure functions over one `SACState` pytree. `update` consumes a `(utd, batch, ...)` stack of
+minibatches with `lax.scan`, so the whole update-to-data loop is one compiled call; the
+trainer vmaps it over the seed axis.
+"""
+
+import dataclasses
+import functools
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training.train_state import TrainState
+
+from agents.common import Batch, Temperature, polyak, sow_features
+from networks import Critic, Ensemble, TanhGaussianPolicy, tanh_gaussian_sample
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig:
+    """SAC hyperparameters; defaults as in SPEC.md."""
+
+    hidden_dims: tuple[int, ...] = (256, 256)
+    layer_norm: bool = True
+    num_critics: int = 2
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    temp_lr: float = 3e-4
+    discount: float = 0.99
+    tau: float = 0.005
+    init_temperature: float = 1.0
+    target_entropy_scale: float = 0.5  # target entropy = -scale * |A|
+    log_std_min: float = -10.0
+    log_std_max: float = 2.0
+    batch_size: int = 256
+
+
+@flax.struct.dataclass
+class SACState:
+    actor: TrainState
+    critic: TrainState
+    target_critic_params: flax.core.FrozenDict
+    temp: TrainState
+    rng: jax.Array
+    step: jax.Array
+    target_entropy: jax.Array
+
+
+def networks(config: SACConfig, act_dim: int) -> tuple[nn.Module, nn.Module]:
+    """The actor and the critic ensemble of this config."""
+    actor = TanhGaussianPolicy(
+        config.hidden_dims, act_dim, config.log_std_min, config.log_std_max, config.layer_norm
+    )
+    critic = Ensemble(Critic(config.hidden_dims, layer_norm=config.layer_norm), config.num_critics)
+    return actor, critic
+
+
+def init(key: jax.Array, obs_dim: int, act_dim: int, config: SACConfig) -> SACState:
+    """Fresh agent state; every network initialised from `key`."""
+    actor_net, critic_net = networks(config, act_dim)
+    k_actor, k_critic, k_rng = jax.random.split(key, 3)
+    obs, act = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
+    actor = TrainState.create(
+        apply_fn=actor_net.apply,
+        params=actor_net.init(k_actor, obs)["params"],
+        tx=optax.adam(config.actor_lr),
+    )
+    critic_params = critic_net.init(k_critic, obs, act)["params"]
+    critic = TrainState.create(
+        apply_fn=critic_net.apply, params=critic_params, tx=optax.adam(config.critic_lr)
+    )
+    temp_net = Temperature(config.init_temperature)
+    temp = TrainState.create(
+        apply_fn=temp_net.apply,
+        params=temp_net.init(k_rng)["params"],
+        tx=optax.adam(config.temp_lr),
+    )
+    return SACState(
+        actor=actor,
+        critic=critic,
+        target_critic_params=critic_params,
+        temp=temp,
+        rng=k_rng,
+        step=jnp.zeros((), jnp.int32),
+        target_entropy=jnp.asarray(-config.target_entropy_scale * act_dim, jnp.float32),
+    )
+
+
+def act(state: SACState, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
+    """Actions in [-1, 1] for `obs (..., obs_dim)`; tanh(mean) when deterministic."""
+    mean, log_std = state.actor.apply_fn({"params": state.actor.params}, obs)
+    if deterministic:
+        return jnp.tanh(mean)
+    return tanh_gaussian_sample(key, mean, log_std)[0]
+
+
+def _sample_policy(actor: TrainState, params, obs: jax.Array, key: jax.Array):
+    mean, log_std = actor.apply_fn({"params": params}, obs)
+    return tanh_gaussian_sample(key, mean, log_std)
+
+
+def update_critic(state: SACState, batch: Batch, key: jax.Array, config: SACConfig):
+    next_actions, next_log_probs = _sample_policy(
+        state.actor, state.actor.params, batch.next_observations, key
+    )
+    next_q = state.critic.apply_fn(
+        {"params": state.target_critic_params}, batch.next_observations, next_actions
+    ).min(axis=0)
+    temperature = state.temp.apply_fn({"params": state.temp.params})
+    next_v = next_q - temperature * next_log_probs
+    target_q = batch.rewards + config.discount * batch.masks * next_v
+
+    def loss_fn(params):
+        q = state.critic.apply_fn({"params": params}, batch.observations, batch.actions)
+        loss = ((q - target_q) ** 2).mean(axis=1).sum()
+        return loss, q.mean()
+
+    (loss, q), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.critic.params)
+    critic = state.critic.apply_gradients(grads=grads)
+    return state.replace(critic=critic), {"critic_loss": loss, "q": q}
+
+
+def update_actor(state: SACState, batch: Batch, key: jax.Array):
+    temperature = state.temp.apply_fn({"params": state.temp.params})
+
+    def loss_fn(params):
+        actions, log_probs = _sample_policy(state.actor, params, batch.observations, key)
+        q = state.critic.apply_fn(
+            {"params": state.critic.params}, batch.observations, actions
+        ).min(axis=0)
+        return (temperature * log_probs - q).mean(), -log_probs.mean()
+
+    (loss, entropy), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.actor.params)
+    actor = state.actor.apply_gradients(grads=grads)
+    return state.replace(actor=actor), {"actor_loss": loss, "entropy": entropy}
+
+
+def update_temperature(state: SACState, entropy: jax.Array):
+    def loss_fn(params):
+        temperature = state.temp.apply_fn({"params": params})
+        return temperature * (entropy - state.target_entropy)
+
+    loss, grads = jax.value_and_grad(loss_fn)(state.temp.params)
+    temp = state.temp.apply_gradients(grads=grads)
+    new_temperature = temp.apply_fn({"params": temp.params})
+    return state.replace(temp=temp), {"temp_loss": loss, "temperature": new_temperature}
+
+
+def update_step(state: SACState, batch: Batch, config: SACConfig):
+    """One gradient step on each of critic, target, actor and temperature."""
+    rng, k_critic, k_actor = jax.random.split(state.rng, 3)
+    state, critic_info = update_critic(state, batch, k_critic, config)
+    state = state.replace(
+        target_critic_params=polyak(state.critic.params, state.target_critic_params, config.tau)
+    )
+    state, actor_info = update_actor(state, batch, k_actor)
+    state, temp_info = update_temperature(state, actor_info["entropy"])
+    state = state.replace(rng=rng, step=state.step + 1)
+    return state, {**critic_info, **actor_info, **temp_info}
+
+
+def update(state: SACState, batches: Batch, config: SACConfig):
+    """`batches` leaves are `(utd, batch, ...)`; one scan over the utd axis. Metrics are means."""
+    state, infos = jax.lax.scan(functools.partial(update_step, config=config), state, batches)
+    return state, jax.tree.map(jnp.mean, infos)
+
+
+def features(state: SACState, batch: Batch) -> dict[str, dict[str, jax.Array]]:
+    """Hidden-layer features `(..., batch, units)` of actor and critic on `batch`."""
+    actor_feats = sow_features(
+        state.actor.apply_fn, state.actor.params, batch.observations
+    )
+    critic_feats = sow_features(
+        state.critic.apply_fn, state.critic.params, batch.observations, batch.actions
+    )
+    return {"actor": actor_feats, "critic": critic_feats}
+
+
+def weights(state: SACState) -> dict[str, flax.core.FrozenDict]:
+    """The parameter trees whose weight matrices the diagnostics report."""
+    return {
+        "actor": state.actor.params,
+        "critic": state.critic.params,
+        "target_critic": state.target_critic_params,
+    }
