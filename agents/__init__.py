@@ -13,7 +13,7 @@ from agents import sac
 
 
 class Agent(NamedTuple):
-    """An agent with its config bound. `act(state, obs, key, deterministic)`: deterministic static."""
+    """An agent with its config bound; `deterministic` in `act` is static under jit."""
 
     name: str
     config: Any

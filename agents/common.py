@@ -7,6 +7,8 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
+from flax.training.train_state import TrainState
 
 
 class Batch(NamedTuple):
@@ -40,3 +42,13 @@ def sow_features(apply_fn: Callable, params, *inputs: jax.Array) -> dict[str, ja
     _, state = apply_fn({"params": params}, *inputs, mutable=["intermediates"])
     flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(state["intermediates"]), sep="/")
     return {path: value[0] for path, value in flat.items()}
+
+
+def train_state(apply_fn: Callable, params, tx: optax.GradientTransformation) -> TrainState:
+    """A TrainState whose step counter is a strongly typed int32 array.
+
+    `TrainState.create` stores the Python int 0, which jit caches differently from the array
+    the first update returns; that would compile the update twice.
+    """
+    state = TrainState.create(apply_fn=apply_fn, params=params, tx=tx)
+    return state.replace(step=jnp.zeros((), jnp.int32))

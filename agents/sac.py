@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-from agents.common import Batch, Temperature, polyak, sow_features
+from agents.common import Batch, Temperature, polyak, sow_features, train_state
 from networks import Critic, Ensemble, TanhGaussianPolicy, tanh_gaussian_sample
 
 
@@ -63,21 +63,13 @@ def init(key: jax.Array, obs_dim: int, act_dim: int, config: SACConfig) -> SACSt
     actor_net, critic_net = networks(config, act_dim)
     k_actor, k_critic, k_rng = jax.random.split(key, 3)
     obs, act = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
-    actor = TrainState.create(
-        apply_fn=actor_net.apply,
-        params=actor_net.init(k_actor, obs)["params"],
-        tx=optax.adam(config.actor_lr),
+    actor = train_state(
+        actor_net.apply, actor_net.init(k_actor, obs)["params"], optax.adam(config.actor_lr)
     )
     critic_params = critic_net.init(k_critic, obs, act)["params"]
-    critic = TrainState.create(
-        apply_fn=critic_net.apply, params=critic_params, tx=optax.adam(config.critic_lr)
-    )
+    critic = train_state(critic_net.apply, critic_params, optax.adam(config.critic_lr))
     temp_net = Temperature(config.init_temperature)
-    temp = TrainState.create(
-        apply_fn=temp_net.apply,
-        params=temp_net.init(k_rng)["params"],
-        tx=optax.adam(config.temp_lr),
-    )
+    temp = train_state(temp_net.apply, temp_net.init(k_rng)["params"], optax.adam(config.temp_lr))
     return SACState(
         actor=actor,
         critic=critic,

@@ -33,7 +33,8 @@ class TanhGaussianPolicy(nn.Module):
 
 def tanh_gaussian_log_prob(pre_tanh: jax.Array, mean: jax.Array, log_std: jax.Array) -> jax.Array:
     """log pi(tanh(u)) for pre-tanh sample u; sums over the last (action) axis."""
-    normal = -0.5 * ((pre_tanh - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
+    z = (pre_tanh - mean) / jnp.exp(log_std)
+    normal = -0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
     # log |d tanh(u) / du| = log(1 - tanh(u)^2), written stably.
     log_det = 2.0 * (jnp.log(2.0) - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh))
     return jnp.sum(normal - log_det, axis=-1)
