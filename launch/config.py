@@ -1,0 +1,176 @@
+"""The run configuration: one frozen dataclass, its validation, and the absl flags onto it.
+
+Each run script defines the shared flags with its agent's defaults (`define_flags`) plus its
+agent's own, and builds a `TrainConfig` with `config_from_flags`. `validate` checks every
+setting before anything is compiled and raises `ConfigError` with one line saying what was
+wrong and what is accepted; the run scripts turn it into exit code 2.
+"""
+
+import dataclasses
+import os
+from collections.abc import Sequence
+
+from absl import flags
+
+INTERVENTIONS = ("none", "reset", "clip")
+CLIP_METHODS = ("svd", "newton_schulz")
+CLIP_SIDES = ("both", "upper", "lower")
+RESUME_MODES = ("auto", "never", "must")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message is one line for the user."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything the training loop needs besides the agent's own hyperparameters."""
+
+    agent: str = "sac"
+    env: str = "cheetah-run"
+    seed: int = 0
+    num_seeds: int = 1
+    utd: int = 1
+    batch_size: int = 256
+    max_steps: int = 1_000_000
+    start_steps: int = 10_000
+    action_repeat: int = 1
+    buffer_capacity: int = 1_000_000
+    eval_every: int = 10_000
+    eval_episodes: int = 10
+    log_every: int = 1_000
+    diagnostics: bool = True
+    logdir: str = "runs"
+    run_name: str = ""
+    intervention: str = "none"
+    intervention_every: int = 200_000
+    intervention_steps: tuple[int, ...] = ()
+    clip_c: float = 4.0
+    clip_method: str = "svd"
+    clip_sides: str = "both"
+    clip_parts: tuple[str, ...] = ()
+    checkpoint_every: int = 50_000
+    resume: str = "auto"
+    progress: bool = True
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.num_seeds))
+
+    @property
+    def name(self) -> str:
+        return self.run_name or f"{self.intervention}-utd{self.utd}-seed{self.seed}"
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(self.logdir, self.agent, self.env, self.name)
+
+
+def _choice(name: str, value: str, accepted: Sequence[str]) -> None:
+    if value not in accepted:
+        raise ConfigError(f"--{name}={value!r} is not accepted; use one of: {', '.join(accepted)}")
+
+
+def _positive(name: str, value: float) -> None:
+    if value <= 0:
+        raise ConfigError(f"--{name} must be positive, got {value}")
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Raise ConfigError for the first setting that cannot work."""
+    for name in ("num_seeds", "utd", "batch_size", "max_steps", "action_repeat",
+                 "buffer_capacity", "eval_every", "eval_episodes", "log_every",
+                 "intervention_every", "checkpoint_every"):
+        _positive(name, getattr(cfg, name))
+    if cfg.seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {cfg.seed}")
+    if cfg.start_steps < 0:
+        raise ConfigError(f"--start_steps must be >= 0, got {cfg.start_steps}")
+    if cfg.start_steps >= cfg.max_steps:
+        raise ConfigError(
+            f"--start_steps={cfg.start_steps} leaves no training before "
+            f"--max_steps={cfg.max_steps}; make start_steps smaller than max_steps"
+        )
+    _choice("intervention", cfg.intervention, INTERVENTIONS)
+    _choice("clip_method", cfg.clip_method, CLIP_METHODS)
+    _choice("clip_sides", cfg.clip_sides, CLIP_SIDES)
+    _choice("resume", cfg.resume, RESUME_MODES)
+    if cfg.clip_c < 1:
+        raise ConfigError(
+            f"--clip_c must be >= 1 (singular values go into [1/c, c]), got {cfg.clip_c}"
+        )
+    steps = cfg.intervention_steps
+    if any(s <= 0 for s in steps):
+        raise ConfigError(f"--intervention_steps must be positive env steps, got {list(steps)}")
+    if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+        raise ConfigError(f"--intervention_steps must be strictly increasing, got {list(steps)}")
+    if cfg.batch_size > cfg.buffer_capacity:
+        raise ConfigError(
+            f"--batch_size={cfg.batch_size} is larger than --buffer_capacity={cfg.buffer_capacity}"
+        )
+
+
+def define_flags(defaults: TrainConfig) -> None:
+    """Define the flags every run script shares, with this agent's defaults."""
+    d = defaults
+    flags.DEFINE_string("env", d.env, "dm_control task as domain-task, e.g. humanoid-stand.")
+    flags.DEFINE_integer("seed", d.seed, "First seed; seeds seed..seed+num_seeds-1 are trained.")
+    flags.DEFINE_integer("num_seeds", d.num_seeds, "Independent seeds trained in one process "
+                         "(vmapped: one compiled update for all).")
+    flags.DEFINE_integer("utd", d.utd, "Update-to-data ratio: gradient steps per env step.")
+    flags.DEFINE_integer("batch_size", d.batch_size, "Minibatch size of each gradient step.")
+    flags.DEFINE_integer("max_steps", d.max_steps, "Env steps to train for (per seed).")
+    flags.DEFINE_integer("start_steps", d.start_steps, "Initial env steps with uniform random "
+                         "actions and no updates.")
+    flags.DEFINE_integer("action_repeat", d.action_repeat, "Env steps per agent action.")
+    flags.DEFINE_integer("buffer_capacity", d.buffer_capacity, "Replay capacity per seed.")
+    flags.DEFINE_integer("eval_every", d.eval_every,
+                         "Evaluate (and log diagnostics) every N env steps.")
+    flags.DEFINE_integer("eval_episodes", d.eval_episodes, "Deterministic episodes per evaluation.")
+    flags.DEFINE_integer("log_every", d.log_every, "Write mean training metrics every N env steps.")
+    flags.DEFINE_boolean("diagnostics", d.diagnostics, "Write spectral and feature diagnostics "
+                         "at every evaluation.")
+    flags.DEFINE_string("logdir", d.logdir, "Root of the results tree: "
+                        "<logdir>/<agent>/<env>/<run_name>/.")
+    flags.DEFINE_string("run_name", d.run_name, "Run directory name; default "
+                        "<intervention>-utd<utd>-seed<seed>.")
+    flags.DEFINE_enum("intervention", d.intervention, list(INTERVENTIONS),
+                      "What to do at the scheduled steps: nothing, a reset, or SingularClip.")
+    flags.DEFINE_integer("intervention_every", d.intervention_every,
+                         "Intervene every N env steps (unless --intervention_steps is given).")
+    flags.DEFINE_list("intervention_steps", [str(s) for s in d.intervention_steps],
+                      "Explicit increasing env steps to intervene at; overrides "
+                      "--intervention_every.")
+    flags.DEFINE_float("clip_c", d.clip_c, "SingularClip bound c >= 1: singular values go "
+                       "into [1/c, c].")
+    flags.DEFINE_enum("clip_method", d.clip_method, list(CLIP_METHODS),
+                      "How SingularClip is computed: exact SVD or Newton-Schulz (Polar Express).")
+    flags.DEFINE_enum("clip_sides", d.clip_sides, list(CLIP_SIDES),
+                      "Clip both ends ([1/c, c]), only the top ([0, c]) or only the bottom "
+                      "([1/c, inf)).")
+    flags.DEFINE_list("clip_parts", list(d.clip_parts), "State paths SingularClip acts on; "
+                      "empty = the agent's default (online actor, online critic, target critic).")
+    flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Checkpoint every N env steps.")
+    flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
+                      "the run directory; never: refuse to touch one; must: fail if none.")
+    flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
+
+
+def _int_list(name: str, values: Sequence[str]) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in values)
+    except ValueError:
+        raise ConfigError(f"--{name} must be a comma-separated list of integers, got "
+                          f"{','.join(values)!r}") from None
+
+
+def config_from_flags(agent: str) -> TrainConfig:
+    """Read the shared flags into a TrainConfig (validated)."""
+    f = flags.FLAGS
+    fields = {field.name for field in dataclasses.fields(TrainConfig)} - {"agent"}
+    values = {name: f[name].value for name in fields}
+    values["intervention_steps"] = _int_list("intervention_steps", values["intervention_steps"])
+    values["clip_parts"] = tuple(values["clip_parts"])
+    cfg = TrainConfig(agent=agent, **values)
+    validate(cfg)
+    return cfg

@@ -1,0 +1,44 @@
+"""Plasticity diagnostics of a batched agent state, and their long-format CSV rows."""
+
+from collections.abc import Callable, Iterator, Sequence
+
+import jax
+import numpy as np
+
+from agents import Agent
+from interventions import feature_metrics, weight_metrics
+
+
+def make_diagnostics(agent: Agent) -> Callable:
+    """`(states, batch) -> {network: {layer: {metric: (seeds, ...)}}}` for a seed-batched state.
+
+    Weight-matrix spectra of every network in `agent.weights`, plus srank and dormant ratios
+    of every hidden layer's features on `batch` (leaves `(seeds, batch, ...)`).
+    """
+
+    def diagnose(states, batch):
+        out = {f"{net}": weight_metrics(params) for net, params in agent.weights(states).items()}
+        feats = jax.vmap(agent.features)(states, batch)
+        for net, layers in feats.items():
+            out.setdefault(net, {}).update(
+                {f"{layer}/features": m for layer, m in feature_metrics(layers).items()}
+            )
+        return out
+
+    return diagnose
+
+
+def rows(env_step: int, seeds: Sequence[int], values: dict, *prefix) -> Iterator[tuple]:
+    """`(env_step, seed, *prefix, network, layer, metric, value)` rows.
+
+    Values carry the seed axis first; further axes (an ensemble) are spelled out in the layer
+    name as `layer[i]`.
+    """
+    for network, layers in values.items():
+        for layer, metrics in layers.items():
+            for metric, value in metrics.items():
+                value = np.asarray(value).reshape(len(seeds), -1)
+                for s, seed in enumerate(seeds):
+                    for i, v in enumerate(value[s]):
+                        name = layer if value.shape[1] == 1 else f"{layer}[{i}]"
+                        yield (env_step, seed, *prefix, network, name, metric, f"{v:.6g}")

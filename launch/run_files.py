@@ -1,0 +1,108 @@
+"""What a run writes: config.json, CSV logs, per-seed `<seed>.txt`, done.json.
+
+Files are opened in append mode and flushed after each write, so a run that stops leaves
+every row it logged on disk; `offsets()` / `truncate_to()` let a resumed run cut the files
+back to the moment of its checkpoint, so rows are neither duplicated nor lost.
+"""
+
+import csv
+import dataclasses
+import importlib.metadata
+import json
+import os
+import platform
+from collections.abc import Iterable, Sequence
+
+CSV_HEADERS = {
+    "eval.csv": ("env_step", "seed", "return", "wall_time"),
+    "train.csv": ("env_step", "seed", "metric", "value"),
+    "diagnostics.csv": ("env_step", "seed", "network", "layer", "metric", "value"),
+    "interventions.csv": ("env_step", "seed", "kind", "network", "layer", "metric", "value"),
+}
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "dm_control", "orbax-checkpoint", "numpy")
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def config_record(train_config, agent_config) -> dict:
+    """The JSON-able record of a run's settings, as written to config.json."""
+    record = dataclasses.asdict(train_config)
+    record["agent_config"] = dataclasses.asdict(agent_config)
+    record["versions"] = versions()
+    return record
+
+
+class RunFiles:
+    """The files of one run directory; every `write_*` appends and flushes."""
+
+    def __init__(self, run_dir: str, seeds: Sequence[int]):
+        self.run_dir = run_dir
+        self.seeds = list(seeds)
+        os.makedirs(run_dir, exist_ok=True)
+        self._files = {}
+        for name, header in CSV_HEADERS.items():
+            path = os.path.join(run_dir, name)
+            fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+            handle = open(path, "a", newline="")  # noqa: SIM115 - closed in close()
+            if fresh:
+                csv.writer(handle).writerow(header)
+                handle.flush()
+            self._files[name] = handle
+        for seed in self.seeds:
+            self._files[f"{seed}.txt"] = open(os.path.join(run_dir, f"{seed}.txt"), "a")  # noqa: SIM115
+
+    def write_config(self, record: dict) -> None:
+        with open(os.path.join(self.run_dir, "config.json"), "w") as f:
+            json.dump(record, f, indent=2, sort_keys=True)
+
+    def _rows(self, name: str, rows: Iterable[Sequence]) -> None:
+        handle = self._files[name]
+        csv.writer(handle).writerows(rows)
+        handle.flush()
+
+    def write_eval(self, env_step: int, returns: Sequence[float], wall_time: float) -> None:
+        self._rows("eval.csv", [(env_step, s, f"{r:.6g}", f"{wall_time:.1f}")
+                                for s, r in zip(self.seeds, returns, strict=True)])
+        for seed, ret in zip(self.seeds, returns, strict=True):
+            handle = self._files[f"{seed}.txt"]
+            handle.write(f"{env_step} {ret:.6g}\n")
+            handle.flush()
+
+    def write_train(self, env_step: int, metrics: dict[str, Sequence[float]]) -> None:
+        self._rows("train.csv", [(env_step, seed, name, f"{values[i]:.6g}")
+                                 for name, values in sorted(metrics.items())
+                                 for i, seed in enumerate(self.seeds)])
+
+    def write_diagnostics(self, rows: Iterable[Sequence]) -> None:
+        self._rows("diagnostics.csv", rows)
+
+    def write_interventions(self, rows: Iterable[Sequence]) -> None:
+        self._rows("interventions.csv", rows)
+
+    def write_done(self, record: dict) -> None:
+        with open(os.path.join(self.run_dir, "done.json"), "w") as f:
+            json.dump(record, f, indent=2)
+
+    def offsets(self) -> dict[str, int]:
+        """Byte length of every log file now (for a checkpoint)."""
+        return {name: handle.tell() for name, handle in self._files.items()}
+
+    def truncate_to(self, offsets: dict[str, int]) -> None:
+        """Cut every log file back to `offsets` (rows written after a checkpoint)."""
+        for name, size in offsets.items():
+            handle = self._files[name]
+            handle.flush()
+            handle.truncate(size)
+            handle.seek(size)
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()

@@ -1,0 +1,62 @@
+"""Train SAC on a DeepMind Control task.
+
+    python launch/run_sac.py --env=humanoid-stand --utd=8 --intervention=clip
+
+Results go to <logdir>/sac/<env>/<run_name>/ (config.json, eval.csv, train.csv,
+diagnostics.csv, interventions.csv, <seed>.txt, checkpoints/).
+"""
+
+import dataclasses
+
+from absl import app, flags
+
+from agents import sac
+from launch import runner
+from launch.config import TrainConfig, define_flags
+
+SAC_DEFAULTS = TrainConfig(agent="sac", utd=1, batch_size=256, start_steps=10_000,
+                           intervention="none", intervention_every=200_000)
+_DEFAULT = sac.SACConfig()
+
+define_flags(SAC_DEFAULTS)
+flags.DEFINE_integer("hidden_dim", _DEFAULT.hidden_dims[0], "Width of each hidden layer.")
+flags.DEFINE_integer("num_layers", len(_DEFAULT.hidden_dims), "Hidden layers of actor and critic.")
+flags.DEFINE_boolean("layer_norm", _DEFAULT.layer_norm, "LayerNorm after each hidden Dense.")
+flags.DEFINE_integer("num_critics", _DEFAULT.num_critics, "Critics in the ensemble (min target).")
+flags.DEFINE_float("actor_lr", _DEFAULT.actor_lr, "Adam learning rate of the actor.")
+flags.DEFINE_float("critic_lr", _DEFAULT.critic_lr, "Adam learning rate of the critics.")
+flags.DEFINE_float("temp_lr", _DEFAULT.temp_lr, "Adam learning rate of the temperature.")
+flags.DEFINE_float("discount", _DEFAULT.discount, "Discount factor.")
+flags.DEFINE_float("tau", _DEFAULT.tau, "Target critic Polyak rate per gradient step.")
+flags.DEFINE_float("init_temperature", _DEFAULT.init_temperature, "Initial temperature.")
+flags.DEFINE_float("target_entropy_scale", _DEFAULT.target_entropy_scale,
+                   "Target entropy is -scale * action_dim.")
+
+
+def agent_config() -> sac.SACConfig:
+    f = flags.FLAGS
+    if f.hidden_dim <= 0 or f.num_layers <= 0:
+        raise runner.ConfigError(f"--hidden_dim and --num_layers must be positive, got "
+                                 f"{f.hidden_dim} and {f.num_layers}")
+    return dataclasses.replace(
+        _DEFAULT,
+        hidden_dims=(f.hidden_dim,) * f.num_layers,
+        layer_norm=f.layer_norm,
+        num_critics=f.num_critics,
+        actor_lr=f.actor_lr,
+        critic_lr=f.critic_lr,
+        temp_lr=f.temp_lr,
+        discount=f.discount,
+        tau=f.tau,
+        init_temperature=f.init_temperature,
+        target_entropy_scale=f.target_entropy_scale,
+        batch_size=f.batch_size,
+    )
+
+
+def main(argv):
+    runner.main(argv, "sac", agent_config)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,46 @@
+"""What every run script does after defining its flags: validate, build, train, exit codes.
+
+Exit codes: 0 finished, 2 bad input (one line on stderr, before anything is compiled),
+1 a failure while training (a message on stderr).
+"""
+
+import os
+import sys
+from collections.abc import Callable
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from agents import make_agent  # noqa: E402
+from envs import UnknownEnvError, check_env_name  # noqa: E402
+from launch.config import ConfigError, TrainConfig, config_from_flags, validate  # noqa: E402
+from launch.train import Trainer  # noqa: E402
+
+__all__ = ["ConfigError", "main"]
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def main(
+    argv: list[str],
+    agent_name: str,
+    agent_config: Callable,
+    adjust: Callable[[TrainConfig], TrainConfig] = lambda cfg: cfg,
+) -> None:
+    """Validate the flags, build the agent and train. `adjust` fills agent-specific defaults
+    that depend on other settings (e.g. BRO's reset steps depend on max_steps and utd)."""
+    if len(argv) > 1:
+        _fail(f"unexpected arguments {argv[1:]}; every setting is a --flag (see --help)", 2)
+    try:
+        cfg = adjust(config_from_flags(agent_name))
+        validate(cfg)
+        check_env_name(cfg.env)
+        agent = make_agent(agent_name, agent_config())
+    except (ConfigError, UnknownEnvError) as e:
+        _fail(str(e), 2)
+    trainer = Trainer(agent, cfg)
+    print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
+          f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr)
+    trainer.run()

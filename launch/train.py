@@ -1,0 +1,197 @@
+"""The training loop both agents share.
+
+Host side: N seeded dm_control envs stepped in lockstep, the replay buffer, evaluation,
+the intervention schedule, logging. Device side: one jitted call per env step that runs the
+whole UTD update for every seed (`vmap` over seeds of the agent's `lax.scan` update) and then
+picks the next actions, so each env step does one host->device transfer (the minibatches and
+observations) and one device->host transfer (the actions).
+"""
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
+
+from agents import Agent
+from agents.common import Batch
+from envs import make_vector_env
+from launch import diagnose as diag
+from launch.config import TrainConfig
+from launch.events import Intervention, build_intervention
+from launch.run_files import RunFiles, config_record
+from replay import ReplayBuffer
+
+
+@dataclasses.dataclass
+class Loop:
+    """Everything that changes while training (what a checkpoint must hold)."""
+
+    env_step: int
+    states: Any  # agent state pytree with a leading seed axis
+    keys: jax.Array  # (seeds,) action-sampling keys
+    obs: np.ndarray  # (seeds, obs_dim) current observations
+    actions: np.ndarray  # (seeds, act_dim) actions for the next env step
+    metric_sums: Any  # device pytree: metrics summed since the last train.csv row
+    metric_count: int
+    wall_time: float
+
+
+def _to_batch(sample: dict[str, np.ndarray]) -> Batch:
+    return Batch(**{field: sample[field] for field in Batch._fields})
+
+
+def make_step_fns(agent: Agent):
+    """Jitted, seed-vmapped functions of the loop."""
+
+    def train_step(states, batches, obs, keys, metric_sums):
+        states, metrics = jax.vmap(agent.update)(states, batches)
+        keys, act_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+        actions = jax.vmap(agent.act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
+        metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
+        return states, actions, keys, metric_sums
+
+    def eval_act(states, obs):
+        return jax.vmap(agent.act, in_axes=(0, 0, None, None))(states, obs, None, True)
+
+    return jax.jit(train_step, donate_argnums=(0, 4)), jax.jit(eval_act)
+
+
+def evaluate(eval_act, states, env, episodes: int) -> np.ndarray:
+    """Mean undiscounted return over `episodes` deterministic episodes, per seed: (seeds,)."""
+    totals = np.zeros(env.num_envs)
+    for _ in range(episodes):
+        obs, done = env.reset(), np.zeros(env.num_envs, bool)
+        while not done.all():
+            actions = np.asarray(eval_act(states, obs))
+            obs, rewards, terminated, truncated = env.step(actions)
+            totals += np.where(done, 0.0, rewards)
+            done |= terminated | truncated
+    return totals / episodes
+
+
+def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_dim: int, act_dim):
+    """A zero pytree with the structure and shapes of the update's metrics."""
+    seeds, utd, batch = batch_shape
+    dummy = Batch(
+        observations=jax.ShapeDtypeStruct((seeds, utd, batch, obs_dim), jnp.float32),
+        actions=jax.ShapeDtypeStruct((seeds, utd, batch, act_dim), jnp.float32),
+        rewards=jax.ShapeDtypeStruct((seeds, utd, batch), jnp.float32),
+        next_observations=jax.ShapeDtypeStruct((seeds, utd, batch, obs_dim), jnp.float32),
+        masks=jax.ShapeDtypeStruct((seeds, utd, batch), jnp.float32),
+    )
+    shapes = jax.eval_shape(jax.vmap(agent.update), states, dummy)[1]
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+class Trainer:
+    """Runs one `TrainConfig` for one agent; `run()` trains to `max_steps`."""
+
+    def __init__(self, agent: Agent, cfg: TrainConfig):
+        self.agent, self.cfg = agent, cfg
+        seeds = cfg.seeds
+        self.env = make_vector_env(cfg.env, seeds, cfg.action_repeat)
+        self.eval_env = make_vector_env(cfg.env, [s + 42 for s in seeds], cfg.action_repeat)
+        self.obs_dim, self.act_dim = self.env.obs_dim, self.env.act_dim
+        self.buffer = ReplayBuffer(len(seeds), cfg.buffer_capacity, self.obs_dim, self.act_dim,
+                                   seed=cfg.seed)
+        self.random_actions = np.random.default_rng([cfg.seed, 1])
+        self.init_keys = jnp.stack([jax.random.key(s) for s in seeds])
+        self.init_fn = jax.jit(jax.vmap(lambda k: agent.init(k, self.obs_dim, self.act_dim)))
+        self.train_step, self.eval_act = make_step_fns(agent)
+        self.intervention: Intervention = build_intervention(
+            agent, cfg, self.init_fn, self.init_keys
+        )
+        self.diagnose = jax.jit(diag.make_diagnostics(agent)) if cfg.diagnostics else None
+        self.files = RunFiles(cfg.run_dir, seeds)
+
+    def fresh_loop(self) -> Loop:
+        states = self.init_fn(self.init_keys)
+        keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(self.init_keys)
+        shape = (self.cfg.num_seeds, self.cfg.utd, self.cfg.batch_size)
+        return Loop(
+            env_step=0,
+            states=states,
+            keys=keys,
+            obs=self.env.reset(),
+            actions=self._random_actions(),
+            metric_sums=zero_metrics(self.agent, states, shape, self.obs_dim, self.act_dim),
+            metric_count=0,
+            wall_time=0.0,
+        )
+
+    def _random_actions(self) -> np.ndarray:
+        shape = (self.cfg.num_seeds, self.act_dim)
+        return self.random_actions.uniform(-1.0, 1.0, shape).astype(np.float32)
+
+    def env_step(self, loop: Loop) -> None:
+        """Step the envs with `loop.actions`, store the transitions, reset ended episodes."""
+        next_obs, rewards, terminated, truncated = self.env.step(loop.actions)
+        self.buffer.insert(loop.obs, loop.actions, rewards, next_obs, terminated, truncated)
+        ended = terminated | truncated
+        if ended.any() and not ended.all():
+            raise RuntimeError("seeds ended episodes at different steps; the lockstep "
+                               "vector env needs all seeds to end together")
+        loop.obs = self.env.reset() if ended.all() else next_obs
+        loop.env_step += 1
+
+    def learn(self, loop: Loop) -> None:
+        """The UTD update for every seed, then the actions for the next env step."""
+        cfg = self.cfg
+        if loop.env_step < cfg.start_steps:
+            loop.actions = self._random_actions()
+            return
+        batches = _to_batch(self.buffer.sample(cfg.batch_size, cfg.utd))
+        loop.states, actions, loop.keys, loop.metric_sums = self.train_step(
+            loop.states, batches, loop.obs, loop.keys, loop.metric_sums
+        )
+        loop.metric_count += 1
+        loop.actions = np.asarray(actions)
+
+    def log_train(self, loop: Loop) -> None:
+        if loop.metric_count == 0:
+            return
+        sums = jax.device_get(loop.metric_sums)
+        means = {name: np.asarray(v) / loop.metric_count for name, v in sums.items()}
+        self.files.write_train(loop.env_step, means)
+        loop.metric_sums = jax.tree.map(jnp.zeros_like, loop.metric_sums)
+        loop.metric_count = 0
+
+    def log_eval(self, loop: Loop) -> np.ndarray:
+        returns = evaluate(self.eval_act, loop.states, self.eval_env, self.cfg.eval_episodes)
+        self.files.write_eval(loop.env_step, returns, loop.wall_time)
+        if self.diagnose is not None and len(self.buffer) >= self.cfg.batch_size:
+            batch = _to_batch(self.buffer.sample(self.cfg.batch_size, 1))
+            batch = jax.tree.map(lambda x: x[:, 0], batch)
+            values = jax.device_get(self.diagnose(loop.states, batch))
+            self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))
+        return returns
+
+    def run(self) -> Loop:
+        cfg = self.cfg
+        self.files.write_config(config_record(cfg, self.agent.config))
+        loop = self.fresh_loop()
+        bar = tqdm(total=cfg.max_steps, initial=loop.env_step, unit="step", dynamic_ncols=True,
+                   disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}")
+        last_return, started = float("nan"), time.time() - loop.wall_time
+        while loop.env_step < cfg.max_steps:
+            self.env_step(loop)
+            if self.intervention.schedule.due(loop.env_step):
+                loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
+                self.files.write_interventions(rows)
+            self.learn(loop)
+            loop.wall_time = time.time() - started
+            if loop.env_step % cfg.log_every == 0:
+                self.log_train(loop)
+            if loop.env_step % cfg.eval_every == 0 or loop.env_step == cfg.max_steps:
+                last_return = float(np.mean(self.log_eval(loop)))
+            bar.update(1)
+            if loop.env_step % 100 == 0:
+                bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
+        bar.close()
+        self.files.write_done({"env_step": loop.env_step, "wall_time": loop.wall_time})
+        self.files.close()
+        return loop
