@@ -1,0 +1,69 @@
+"""The CLI's inputs as algorithms: one per --runs entry, or one per config group."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from analysis.errors import AggregationError, AggregationWarning
+from analysis.grouping import group_runs, warn_if_pooled
+from analysis.layouts import Run, load_runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where an algorithm's runs came from and how they were read."""
+
+    algorithm: str
+    path: str
+    layout: str
+    runs: int
+    tasks: int
+
+
+def load_datasets(
+    paths: Sequence[str],
+    labels: Sequence[str] = (),
+    group_by: Sequence[str] = (),
+    npy_eval_every: int = 25_000,
+    npy_first_step: int | None = None,
+) -> tuple[dict[str, list[Run]], list[Source]]:
+    """Read every --runs entry -> ({algorithm label: runs}, [Source per algorithm]).
+
+    Without group_by an entry is one algorithm named by its label (default: the directory
+    name). With group_by, project-layout entries split into one algorithm per distinct config
+    value(s), named 'key=value,...' and prefixed by the entry label when there are several
+    entries or labels were given.
+    """
+    if not paths:
+        raise AggregationError("no --runs given; pass one or more run directories")
+    if labels and len(labels) != len(paths):
+        raise AggregationError(f"got {len(labels)} labels for {len(paths)} --runs entries; "
+                               "give exactly one label per entry")
+    names = list(labels) or [Path(p).resolve().name for p in paths]
+    prefix = len(paths) > 1 or bool(labels)
+    datasets: dict[str, list[Run]] = {}
+    sources: list[Source] = []
+    for path, name in zip(paths, names, strict=True):
+        layout, runs = load_runs(Path(path), npy_eval_every, npy_first_step)
+        if group_by and layout == "project":
+            groups = {f"{name}: {g}" if prefix else g: r
+                      for g, r in group_runs(runs, group_by).items()}
+        else:
+            if group_by:
+                warnings.warn(f"{path}: --group_by applies to run dirs with config.json only; "
+                              f"the {layout} layout there is one algorithm '{name}'",
+                              AggregationWarning, stacklevel=2)
+            elif layout == "project":
+                warn_if_pooled(runs, name)
+            groups = {name: runs}
+        for label, group in groups.items():
+            if label in datasets:
+                raise AggregationError(f"algorithm label '{label}' occurs twice; give distinct "
+                                       "--labels")
+            datasets[label] = group
+            sources.append(Source(label, str(path), layout, len(group),
+                                  len({r.task for r in group})))
+    return datasets, sources

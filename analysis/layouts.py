@@ -1,0 +1,204 @@
+"""Readers for the run layouts researchers have, and per-path layout detection.
+
+Every reader returns `Run`s: one evaluation curve of one seed on one task. Three layouts:
+
+- project: `<logdir>/<agent>/<env>/<run_name>/` holding config.json + eval.csv (all seeds)
+- jaxrl:   `<config>/<task>/<seed>.txt` with "<env_step> <return>" rows
+- npy:     `<task>.npy` arrays of shape (evaluations, seeds) on a fixed evaluation grid
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from analysis.errors import AggregationError, AggregationWarning
+
+TASK_ALIASES = {"finger-turn": "finger-turn_hard"}
+LAYOUTS = ("project", "jaxrl", "npy")
+EVAL_COLUMNS = ("env_step", "seed", "return")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One seed's evaluation curve on one task: steps (T,) increasing ints, returns (T,)."""
+
+    task: str
+    run_id: str
+    steps: np.ndarray
+    returns: np.ndarray
+    source: str
+    config: dict = dataclasses.field(default_factory=dict, compare=False)
+
+
+def canonical_task(name: str) -> str:
+    """dm_control 'domain-task' name for a task name (maps known aliases such as BRO's)."""
+    return TASK_ALIASES.get(name, name)
+
+
+def _make_run(task: str, run_id: str, steps, returns, source: str, config=None) -> Run | None:
+    steps = np.asarray(steps, dtype=np.int64)
+    returns = np.asarray(returns, dtype=np.float64)
+    keep = np.isfinite(returns)
+    if not keep.all():
+        warnings.warn(f"{source}: {int((~keep).sum())} non-finite returns ignored",
+                      AggregationWarning, stacklevel=3)
+    steps, returns = steps[keep], returns[keep]
+    if steps.size == 0:
+        warnings.warn(f"{source}: no evaluations; run skipped", AggregationWarning, stacklevel=3)
+        return None
+    order = np.argsort(steps, kind="stable")
+    steps, returns = steps[order], returns[order]
+    if np.any(np.diff(steps) == 0):
+        raise AggregationError(f"{source}: env_step values repeat; expected one evaluation "
+                               "per step per seed")
+    return Run(canonical_task(task), run_id, steps, returns, source, config or {})
+
+
+def read_txt_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Rows "<env_step> <return>" -> steps (T,), returns (T,)."""
+    steps, returns = [], []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            steps.append(int(float(parts[0])))
+            returns.append(float(parts[1]))
+        except ValueError:
+            raise AggregationError(f"{path}:{lineno}: expected '<env_step> <return>', "
+                                   f"got {line.strip()!r}") from None
+    return np.asarray(steps, dtype=np.int64), np.asarray(returns, dtype=np.float64)
+
+
+def _warn_missing_seeds(seeds_by_task: dict[str, Sequence[str]], where: str) -> None:
+    expected = max(len(s) for s in seeds_by_task.values())
+    short = {t: len(s) for t, s in seeds_by_task.items() if len(s) < expected}
+    if short:
+        detail = ", ".join(f"{t} ({n}/{expected})" for t, n in sorted(short.items()))
+        warnings.warn(f"{where}: missing seeds on {detail}", AggregationWarning, stacklevel=3)
+
+
+def read_jaxrl_tree(root: Path) -> list[Run]:
+    """`root/<task>/<seed>.txt` -> one Run per seed file."""
+    runs, seeds_by_task = [], {}
+    for task_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(task_dir.glob("*.txt"), key=lambda p: (len(p.stem), p.stem))
+        task = canonical_task(task_dir.name)
+        seeds_by_task[task] = [f.stem for f in files]
+        for f in files:
+            run = _make_run(task, f.stem, *read_txt_curve(f), str(f))
+            if run is not None:
+                runs.append(run)
+    if seeds_by_task:
+        _warn_missing_seeds(seeds_by_task, str(root))
+    return runs
+
+
+def read_npy_dir(root: Path, eval_every: int, first_step: int | None = None) -> list[Run]:
+    """`root/<task>.npy` (evaluations, seeds) -> one Run per seed (column).
+
+    Evaluation i is at env step first_step + i * eval_every (first_step defaults to eval_every).
+    NaN entries count as evaluations the seed did not reach.
+    """
+    if eval_every <= 0:
+        raise AggregationError(f"npy eval interval must be a positive number of env steps, "
+                               f"got {eval_every}")
+    first = eval_every if first_step is None else first_step
+    runs = []
+    for f in sorted(root.glob("*.npy")):
+        table = np.load(f)
+        if table.ndim == 1:
+            table = table[:, None]
+        if table.ndim != 2:
+            raise AggregationError(f"{f}: expected an array (evaluations, seeds), "
+                                   f"got shape {table.shape}")
+        steps = first + eval_every * np.arange(table.shape[0])
+        for seed in range(table.shape[1]):
+            run = _make_run(f.stem, str(seed), steps, table[:, seed], f"{f}[:, {seed}]")
+            if run is not None:
+                runs.append(run)
+    return runs
+
+
+def _is_project_run_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() and (path / "eval.csv").is_file()
+
+
+def read_project_run_dir(run_dir: Path) -> list[Run]:
+    """One run dir (config.json + eval.csv) -> one Run per seed found in eval.csv."""
+    config = json.loads((run_dir / "config.json").read_text())
+    if not isinstance(config, dict) or "env" not in config:
+        raise AggregationError(f"{run_dir / 'config.json'}: expected a JSON object with an "
+                               "'env' key")
+    with open(run_dir / "eval.csv", newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in EVAL_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise AggregationError(f"{run_dir / 'eval.csv'}: missing columns {missing}; "
+                                   f"expected a header with {', '.join(EVAL_COLUMNS)}")
+        rows: dict[str, list[tuple[int, float]]] = {}
+        for row in reader:
+            rows.setdefault(row["seed"], []).append(
+                (int(float(row["env_step"])), float(row["return"])))
+    expected = config.get("num_seeds")
+    if isinstance(expected, int) and len(rows) < expected:
+        warnings.warn(f"{run_dir}: eval.csv has {len(rows)} of num_seeds={expected} seeds",
+                      AggregationWarning, stacklevel=2)
+    runs = []
+    for seed in sorted(rows, key=lambda s: (len(s), s)):
+        steps, returns = zip(*rows[seed], strict=True)
+        run = _make_run(config["env"], f"{run_dir.name}/seed{seed}", steps, returns,
+                        f"{run_dir / 'eval.csv'} seed {seed}", config)
+        if run is not None:
+            runs.append(run)
+    return runs
+
+
+def find_project_run_dirs(root: Path) -> list[Path]:
+    """Every dir at or below root that holds config.json and eval.csv, sorted."""
+    found = [root] if _is_project_run_dir(root) else []
+    found += sorted(p.parent for p in root.rglob("config.json") if _is_project_run_dir(p.parent)
+                    and p.parent != root)
+    return found
+
+
+def detect_layout(root: Path) -> str:
+    """Which of LAYOUTS `root` holds; AggregationError if none or it does not exist."""
+    if not root.exists():
+        raise AggregationError(f"runs path does not exist: {root}")
+    if not root.is_dir():
+        raise AggregationError(f"runs path is not a directory: {root}")
+    if find_project_run_dirs(root):
+        return "project"
+    if any(root.glob("*.npy")):
+        return "npy"
+    if any(p.is_dir() and any(p.glob("*.txt")) for p in root.iterdir()):
+        return "jaxrl"
+    raise AggregationError(
+        f"no runs found under {root}; accepted: run dirs with config.json + eval.csv, "
+        "<task>/<seed>.txt trees, or <task>.npy files")
+
+
+def load_runs(root: Path, npy_eval_every: int = 25_000,
+              npy_first_step: int | None = None) -> tuple[str, list[Run]]:
+    """Detect the layout of `root` and read every run below it -> (layout, runs)."""
+    root = Path(root)
+    layout = detect_layout(root)
+    if layout == "project":
+        runs = [r for d in find_project_run_dirs(root) for r in read_project_run_dir(d)]
+    elif layout == "npy":
+        runs = read_npy_dir(root, npy_eval_every, npy_first_step)
+    else:
+        runs = read_jaxrl_tree(root)
+    if not runs:
+        raise AggregationError(f"no runs with evaluations under {root} ({layout} layout)")
+    return layout, runs

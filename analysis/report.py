@@ -1,0 +1,106 @@
+"""Tables of a Summary: markdown for reading, CSV and JSON with every number."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from analysis.datasets import Source
+from analysis.summary import METRICS, Summary
+
+TABLES = {
+    "aggregates.csv": "aggregates",
+    "probability_of_improvement.csv": "improvement",
+    "sample_efficiency.csv": "curves",
+    "performance_profiles.csv": "profiles",
+}
+
+
+def score_rows(summary: Summary) -> list[dict]:
+    """One row per (algorithm, task, run): the score used and the env step it came from."""
+    rows = []
+    for label, matrix in summary.scores.items():
+        for m, task in enumerate(matrix.tasks):
+            for i, run_id in enumerate(matrix.run_ids[m]):
+                rows.append(dict(algorithm=label, task=task, run=run_id,
+                                 env_step=matrix.used_steps[m][i],
+                                 score=float(matrix.values[i, m])))
+    return rows
+
+
+def _interval(row: dict, key: str, digits: int) -> str:
+    return f"{row[key]:.{digits}f} [{row['lower']:.{digits}f}, {row['upper']:.{digits}f}]"
+
+
+def markdown(summary: Summary, sources: Sequence[Source] = (),
+             warnings: Sequence[str] = ()) -> str:
+    """The results as a markdown document: aggregates, improvement, inputs, warnings."""
+    s = summary.settings
+    digits = 3 if s.normalize else 1
+    units = f"returns / {s.max_return:g}" if s.normalize else "raw returns"
+    window = "the evaluation" if s.window == 1 else f"the mean of the last {s.window} evaluations"
+    lines = [
+        f"# Aggregate results at env step {s.step:,}",
+        "",
+        f"Scores: {units}; each run scores {window} at or before step {s.step:,}. "
+        f"{s.confidence:.0%} stratified-bootstrap percentile intervals, {s.reps:,} repetitions "
+        f"(curves and profiles: {s.curve_reps:,}), seed {s.seed}.",
+        "",
+        f"Tasks ({len(summary.tasks)}): {', '.join(summary.tasks)}",
+        "",
+        "| Algorithm | " + " | ".join(METRICS) + " | Runs | Tasks |",
+        "| --- |" + " --- |" * (len(METRICS) + 2),
+    ]
+    by_algo: dict[str, dict[str, dict]] = {}
+    for row in summary.aggregates:
+        by_algo.setdefault(row["algorithm"], {})[row["metric"]] = row
+    for label, rows in by_algo.items():
+        first = rows[METRICS[0]]
+        per_task = (f"{first['min_runs_per_task']}" if first["min_runs_per_task"] ==
+                    first["max_runs_per_task"] else
+                    f"{first['min_runs_per_task']}-{first['max_runs_per_task']}")
+        cells = [_interval(rows[m], "estimate", digits) for m in METRICS]
+        lines.append(f"| {label} | " + " | ".join(cells) +
+                     f" | {first['runs']} ({per_task} per task) | {first['tasks']} |")
+    if summary.improvement:
+        lines += ["", "## Probability of improvement", "",
+                  "| X | Y | P(X > Y) |", "| --- | --- | --- |"]
+        lines += [f"| {r['x']} | {r['y']} | {_interval(r, 'probability', 3)} |"
+                  for r in summary.improvement]
+    if sources:
+        lines += ["", "## Inputs", "", "| Algorithm | Path | Layout | Runs read | Tasks |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {x.algorithm} | {x.path} | {x.layout} | {x.runs} | {x.tasks} |"
+                  for x in sources]
+    if warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
+        if rows:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def write_tables(summary: Summary, out: Path, sources: Sequence[Source] = (),
+                 warnings: Sequence[str] = ()) -> list[Path]:
+    """summary.md, results.json and one CSV per table under `out` -> the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    tables = {name: getattr(summary, attr) for name, attr in TABLES.items()}
+    tables["scores.csv"] = score_rows(summary)
+    for name, rows in tables.items():
+        _write_csv(out / name, rows)
+        written.append(out / name)
+    document = dict(settings=dataclasses.asdict(summary.settings), tasks=summary.tasks,
+                    sources=[dataclasses.asdict(x) for x in sources], warnings=list(warnings),
+                    **{name.removesuffix(".csv"): rows for name, rows in tables.items()})
+    (out / "results.json").write_text(json.dumps(document, indent=1))
+    (out / "summary.md").write_text(markdown(summary, sources, warnings))
+    return written + [out / "results.json", out / "summary.md"]
