@@ -1,0 +1,135 @@
+"""Readers and layout detection on run trees built by hand in tmp_path."""
+
+import json
+
+import numpy as np
+import pytest
+
+from analysis.datasets import load_datasets
+from analysis.errors import AggregationError, AggregationWarning
+from analysis.grouping import config_value, group_runs
+from analysis.layouts import canonical_task, detect_layout, load_runs
+
+
+def write_project_run(logdir, env, run_name, curves, **config):
+    """A run dir as the trainer writes it; curves: {seed: [(env_step, return), ...]}."""
+    run_dir = logdir / config.get("agent", "sac") / env / run_name
+    run_dir.mkdir(parents=True)
+    record = dict(agent="sac", env=env, intervention="none", utd=1, seed=0,
+                  num_seeds=len(curves), max_steps=100_000, eval_every=10_000,
+                  agent_config=dict(hidden_dims=[256, 256]), versions=dict(jax="0.10.2"))
+    record.update(config)
+    (run_dir / "config.json").write_text(json.dumps(record))
+    rows = ["env_step,seed,return,wall_time"]
+    rows += [f"{step},{seed},{ret},{i * 1.5}" for seed, curve in curves.items()
+             for i, (step, ret) in enumerate(curve)]
+    (run_dir / "eval.csv").write_text("\n".join(rows) + "\n")
+    for seed, curve in curves.items():
+        (run_dir / f"{seed}.txt").write_text("".join(f"{s} {r}\n" for s, r in curve))
+    return run_dir
+
+
+def curve(offset, steps=(10_000, 20_000, 30_000)):
+    return [(s, offset + s / 1000) for s in steps]
+
+
+def test_project_runs_are_found_at_any_depth_one_run_per_seed(tmp_path):
+    write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0), 1: curve(5)})
+    write_project_run(tmp_path, "walker-run", "b", {0: curve(1)})
+    assert detect_layout(tmp_path) == "project"
+    layout, runs = load_runs(tmp_path / "sac")
+    assert layout == "project"
+    assert sorted((r.task, r.run_id) for r in runs) == [
+        ("cheetah-run", "a/seed0"), ("cheetah-run", "a/seed1"), ("walker-run", "b/seed0")]
+    run = next(r for r in runs if r.run_id == "a/seed1")
+    np.testing.assert_array_equal(run.steps, [10_000, 20_000, 30_000])
+    np.testing.assert_array_equal(run.returns, [15.0, 25.0, 35.0])
+    _, single = load_runs(tmp_path / "sac" / "walker-run" / "b")
+    assert [r.run_id for r in single] == ["b/seed0"]
+
+
+def test_missing_seeds_in_a_project_run_warn(tmp_path):
+    write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0)}, num_seeds=3)
+    with pytest.warns(AggregationWarning, match="1 of num_seeds=3 seeds"):
+        load_runs(tmp_path)
+
+
+def test_group_by_splits_by_config_values_including_dotted_paths(tmp_path):
+    for i, (intervention, utd) in enumerate([("clip", 8), ("reset", 8), ("clip", 1)]):
+        write_project_run(tmp_path, "cheetah-run", f"r{i}", {0: curve(i)},
+                          intervention=intervention, utd=utd)
+    _, runs = load_runs(tmp_path)
+    groups = group_runs(runs, ["intervention", "utd"])
+    assert sorted(groups) == ["intervention=clip,utd=1", "intervention=clip,utd=8",
+                              "intervention=reset,utd=8"]
+    assert config_value(runs[0].config, "agent_config.hidden_dims", "x") == [256, 256]
+    assert list(group_runs(runs, ["versions.jax"])) == ["versions.jax=0.10.2"]
+    with pytest.raises(AggregationError, match="unknown group key 'agent_config.width'.*"
+                                               "hidden_dims"):
+        group_runs(runs, ["agent_config.width"])
+
+
+def test_pooling_different_interventions_without_group_by_warns(tmp_path):
+    write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0)}, intervention="clip")
+    write_project_run(tmp_path, "cheetah-run", "b", {0: curve(0)}, intervention="reset")
+    with pytest.warns(AggregationWarning, match="differ in intervention .*--group_by"):
+        datasets, sources = load_datasets([str(tmp_path)])
+    assert list(datasets) == [tmp_path.name]
+    assert sources[0].layout == "project" and sources[0].runs == 2
+    datasets, _ = load_datasets([str(tmp_path)], labels=["mine"], group_by=["intervention"])
+    assert sorted(datasets) == ["mine: intervention=clip", "mine: intervention=reset"]
+
+
+def write_jaxrl_tree(root, tasks, seeds):
+    for task in tasks:
+        (root / task).mkdir(parents=True)
+        for seed in seeds:
+            (root / task / f"{seed}.txt").write_text("5000 1.5\n10000 2.5\n")
+
+
+def test_jaxrl_tree_reads_one_run_per_seed_file_and_warns_on_missing_seeds(tmp_path):
+    write_jaxrl_tree(tmp_path, ["cheetah-run", "finger-turn"], range(3))
+    (tmp_path / "cheetah-run" / "2.txt").unlink()
+    with pytest.warns(AggregationWarning, match=r"missing seeds on cheetah-run \(2/3\)"):
+        layout, runs = load_runs(tmp_path)
+    assert layout == "jaxrl"
+    assert sorted({r.task for r in runs}) == ["cheetah-run", "finger-turn_hard"]
+    assert len(runs) == 5
+    np.testing.assert_array_equal(runs[0].returns, [1.5, 2.5])
+
+
+def test_malformed_txt_row_names_file_and_line(tmp_path):
+    write_jaxrl_tree(tmp_path, ["cheetah-run"], [0])
+    (tmp_path / "cheetah-run" / "0.txt").write_text("5000 1.0\n10000 oops\n")
+    with pytest.raises(AggregationError, match=r"0.txt:2: expected '<env_step> <return>'"):
+        load_runs(tmp_path)
+
+
+def test_npy_layout_builds_the_step_grid_and_drops_nan_tails(tmp_path):
+    table = np.arange(12, dtype=float).reshape(4, 3)
+    table[2:, 1] = np.nan
+    np.save(tmp_path / "finger-turn.npy", table)
+    with pytest.warns(AggregationWarning, match="2 non-finite returns"):
+        layout, runs = load_runs(tmp_path, npy_eval_every=25_000)
+    assert layout == "npy"
+    assert [r.task for r in runs] == ["finger-turn_hard"] * 3
+    np.testing.assert_array_equal(runs[0].steps, [25_000, 50_000, 75_000, 100_000])
+    np.testing.assert_array_equal(runs[1].steps, [25_000, 50_000])
+    np.testing.assert_array_equal(runs[2].returns, table[:, 2])
+    with pytest.warns(AggregationWarning):
+        _, shifted = load_runs(tmp_path, npy_eval_every=10, npy_first_step=0)
+    np.testing.assert_array_equal(shifted[0].steps, [0, 10, 20, 30])
+
+
+def test_bad_paths_and_empty_dirs_are_errors(tmp_path):
+    with pytest.raises(AggregationError, match="does not exist"):
+        detect_layout(tmp_path / "nope")
+    with pytest.raises(AggregationError, match="no runs found under .*accepted"):
+        detect_layout(tmp_path)
+    with pytest.raises(AggregationError, match="2 labels for 1 --runs entries"):
+        load_datasets([str(tmp_path)], labels=["a", "b"])
+
+
+def test_task_aliases():
+    assert canonical_task("finger-turn") == "finger-turn_hard"
+    assert canonical_task("cheetah-run") == "cheetah-run"
