@@ -40,24 +40,35 @@ def config_record(train_config, agent_config) -> dict:
     return record
 
 
+def read_config(run_dir: str) -> dict | None:
+    """The config.json of a run directory, or None when there is none."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 class RunFiles:
     """The files of one run directory; every `write_*` appends and flushes."""
 
-    def __init__(self, run_dir: str, seeds: Sequence[int]):
+    def __init__(self, run_dir: str, seeds: Sequence[int], fresh: bool):
+        """Open the logs; `fresh` empties them (a run starting over), else they are appended."""
         self.run_dir = run_dir
         self.seeds = list(seeds)
         os.makedirs(run_dir, exist_ok=True)
         self._files = {}
-        for name, header in CSV_HEADERS.items():
+        names = [*CSV_HEADERS, *(f"{seed}.txt" for seed in self.seeds)]
+        for name in names:
             path = os.path.join(run_dir, name)
-            fresh = not os.path.exists(path) or os.path.getsize(path) == 0
-            handle = open(path, "a", newline="")  # noqa: SIM115 - closed in close()
-            if fresh:
-                csv.writer(handle).writerow(header)
+            handle = open(path, "w" if fresh else "a", newline="")  # noqa: SIM115 - see close()
+            if fresh and name in CSV_HEADERS:
+                csv.writer(handle).writerow(CSV_HEADERS[name])
                 handle.flush()
             self._files[name] = handle
-        for seed in self.seeds:
-            self._files[f"{seed}.txt"] = open(os.path.join(run_dir, f"{seed}.txt"), "a")  # noqa: SIM115
+        done = os.path.join(run_dir, "done.json")
+        if os.path.exists(done):
+            os.remove(done)
 
     def write_config(self, record: dict) -> None:
         with open(os.path.join(self.run_dir, "config.json"), "w") as f:

@@ -13,7 +13,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 from agents import make_agent  # noqa: E402
 from envs import UnknownEnvError, check_env_name  # noqa: E402
 from launch.config import ConfigError, TrainConfig, config_from_flags, validate  # noqa: E402
-from launch.train import Trainer  # noqa: E402
+from launch.run_files import config_record  # noqa: E402
+from launch.train import Diverged, Trainer, resume_state  # noqa: E402
 
 __all__ = ["ConfigError", "main"]
 
@@ -38,9 +39,30 @@ def main(
         validate(cfg)
         check_env_name(cfg.env)
         agent = make_agent(agent_name, agent_config())
+        check_writable(cfg.run_dir)
+        state = resume_state(cfg, config_record(cfg, agent.config))
     except (ConfigError, UnknownEnvError) as e:
         _fail(str(e), 2)
-    trainer = Trainer(agent, cfg)
+    if state == "done":
+        print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
+        return
     print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
           f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr)
-    trainer.run()
+    try:
+        Trainer(agent, cfg).run()
+    except Diverged as e:
+        _fail(f"training diverged: {e}; the last good checkpoint is kept in "
+              f"{os.path.join(cfg.run_dir, 'checkpoints')}", 1)
+
+
+def check_writable(run_dir: str) -> None:
+    """Raise ConfigError unless the run directory can be created and written."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        probe = os.path.join(run_dir, ".write_test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        raise ConfigError(f"cannot write to the run directory {run_dir}: {e.strerror}; "
+                          "choose a writable --logdir") from None

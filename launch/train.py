@@ -8,6 +8,9 @@ observations) and one device->host transfer (the actions).
 """
 
 import dataclasses
+import json
+import os
+import sys
 import time
 from typing import Any
 
@@ -20,9 +23,10 @@ from agents import Agent
 from agents.common import Batch
 from envs import make_vector_env
 from launch import diagnose as diag
-from launch.config import TrainConfig
+from launch.checkpoint import Checkpointer
+from launch.config import ConfigError, TrainConfig
 from launch.events import Intervention, build_intervention
-from launch.run_files import RunFiles, config_record
+from launch.run_files import RunFiles, config_record, read_config
 from replay import ReplayBuffer
 
 
@@ -38,6 +42,11 @@ class Loop:
     metric_sums: Any  # device pytree: metrics summed since the last train.csv row
     metric_count: int
     wall_time: float
+    env_rng: dict  # train env RNG states before the last reset (so resume replays the reset)
+
+
+class Diverged(RuntimeError):
+    """NaN or inf in a loss or in the parameters."""
 
 
 def _to_batch(sample: dict[str, np.ndarray]) -> Batch:
@@ -87,6 +96,36 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
+IGNORED_ON_RESUME = ("resume", "progress", "versions")
+
+
+def resume_state(cfg: TrainConfig, record: dict) -> str:
+    """"fresh", "resume" or "done" for this run directory, as `--resume` asks.
+
+    Raises ConfigError when the directory holds a run with other settings, or when the mode
+    forbids what is there. Compiles nothing.
+    """
+    existing = read_config(cfg.run_dir)
+    ckpt_dir = os.path.join(cfg.run_dir, "checkpoints")
+    has_checkpoint = os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir))
+    if existing is not None:
+        differ = sorted(k for k in set(existing) | set(record) if k not in IGNORED_ON_RESUME
+                        and existing.get(k) != json.loads(json.dumps(record.get(k))))
+        if differ:
+            shown = ", ".join(f"{k}: {existing.get(k)!r} there, {record.get(k)!r} now"
+                              for k in differ[:3])
+            raise ConfigError(f"{cfg.run_dir} holds a run with different settings ({shown}); "
+                              "use another --run_name or --logdir")
+    if cfg.resume == "never" and existing is not None:
+        raise ConfigError(f"--resume=never but {cfg.run_dir} already holds a run; "
+                          "use another --run_name or --logdir")
+    if cfg.resume == "must" and not has_checkpoint:
+        raise ConfigError(f"--resume=must but there is no checkpoint in {ckpt_dir}")
+    if os.path.exists(os.path.join(cfg.run_dir, "done.json")) and existing is not None:
+        return "done"
+    return "resume" if has_checkpoint else "fresh"
+
+
 class Trainer:
     """Runs one `TrainConfig` for one agent; `run()` trains to `max_steps`."""
 
@@ -106,10 +145,16 @@ class Trainer:
             agent, cfg, self.init_fn, self.init_keys
         )
         self.diagnose = jax.jit(diag.make_diagnostics(agent)) if cfg.diagnostics else None
-        self.files = RunFiles(cfg.run_dir, seeds)
+        self.record = config_record(cfg, agent.config)
+        self.checkpointer = Checkpointer(os.path.join(cfg.run_dir, "checkpoints"))
+        self.last_checkpoint = 0
+        self.files = None
+        self.check_finite = jax.jit(lambda tree: jax.tree.map(
+            lambda x: jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1), tree))
 
     def fresh_loop(self) -> Loop:
         states = self.init_fn(self.init_keys)
+        env_rng = self.env.get_rng_state()
         keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(self.init_keys)
         shape = (self.cfg.num_seeds, self.cfg.utd, self.cfg.batch_size)
         return Loop(
@@ -121,22 +166,31 @@ class Trainer:
             metric_sums=zero_metrics(self.agent, states, shape, self.obs_dim, self.act_dim),
             metric_count=0,
             wall_time=0.0,
+            env_rng=env_rng,
         )
 
     def _random_actions(self) -> np.ndarray:
         shape = (self.cfg.num_seeds, self.act_dim)
         return self.random_actions.uniform(-1.0, 1.0, shape).astype(np.float32)
 
-    def env_step(self, loop: Loop) -> None:
-        """Step the envs with `loop.actions`, store the transitions, reset ended episodes."""
+    def env_step(self, loop: Loop) -> bool:
+        """Step the envs with `loop.actions`, store the transitions, reset ended episodes.
+
+        Returns whether the episodes ended (a checkpoint may be written only there).
+        """
         next_obs, rewards, terminated, truncated = self.env.step(loop.actions)
         self.buffer.insert(loop.obs, loop.actions, rewards, next_obs, terminated, truncated)
         ended = terminated | truncated
         if ended.any() and not ended.all():
             raise RuntimeError("seeds ended episodes at different steps; the lockstep "
                                "vector env needs all seeds to end together")
-        loop.obs = self.env.reset() if ended.all() else next_obs
+        if ended.all():
+            loop.env_rng = self.env.get_rng_state()
+            loop.obs = self.env.reset()
+        else:
+            loop.obs = next_obs
         loop.env_step += 1
+        return bool(ended.all())
 
     def learn(self, loop: Loop) -> None:
         """The UTD update for every seed, then the actions for the next env step."""
@@ -157,8 +211,25 @@ class Trainer:
         sums = jax.device_get(loop.metric_sums)
         means = {name: np.asarray(v) / loop.metric_count for name, v in sums.items()}
         self.files.write_train(loop.env_step, means)
+        for name, values in sorted(means.items()):
+            bad = np.flatnonzero(~np.isfinite(values))
+            if bad.size:
+                seed = self.cfg.seeds[bad[0]]
+                raise Diverged(f"{name} is {values[bad[0]]} at env step {loop.env_step} for "
+                               f"seed {seed} (mean over the last {loop.metric_count} updates)")
+        self.assert_finite_params(loop)
         loop.metric_sums = jax.tree.map(jnp.zeros_like, loop.metric_sums)
         loop.metric_count = 0
+
+    def assert_finite_params(self, loop: Loop) -> None:
+        """Raise Diverged naming the first parameter with a NaN or inf, with its seed."""
+        finite = jax.device_get(self.check_finite(self.agent.weights(loop.states)))
+        for path, ok in jax.tree_util.tree_flatten_with_path(finite)[0]:
+            if not ok.all():
+                seed = self.cfg.seeds[int(np.flatnonzero(~ok)[0])]
+                name = jax.tree_util.keystr(path, simple=True, separator="/")
+                raise Diverged(f"parameter {name} has NaN or inf at env step {loop.env_step} "
+                               f"for seed {seed}")
 
     def log_eval(self, loop: Loop) -> np.ndarray:
         returns = evaluate(self.eval_act, loop.states, self.eval_env, self.cfg.eval_episodes)
@@ -170,15 +241,83 @@ class Trainer:
             self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))
         return returns
 
+    def save(self, loop: Loop) -> None:
+        """Checkpoint at an episode boundary (the envs were just reset from `loop.env_rng`)."""
+        self.assert_finite_params(loop)
+        device = {"states": loop.states, "keys": loop.keys, "metric_sums": loop.metric_sums}
+        host = {f"buffer/{k}": np.asarray(v) for k, v in self.buffer.state_dict().items()
+                if np.ndim(v) > 0}
+        host.update({f"env_rng/{k}": np.asarray(v) for k, v in loop.env_rng.items()})
+        host.update({f"eval_env_rng/{k}": np.asarray(v)
+                     for k, v in self.eval_env.get_rng_state().items()})
+        host.update(obs=loop.obs, actions=loop.actions)
+        buffer_scalars = {k: int(v) for k, v in self.buffer.state_dict().items()
+                          if np.ndim(v) == 0}
+        meta = {
+            "env_step": loop.env_step,
+            "metric_count": loop.metric_count,
+            "wall_time": loop.wall_time,
+            "offsets": self.files.offsets(),
+            "buffer_scalars": buffer_scalars,
+            "random_actions": self.random_actions.bit_generator.state,
+            "host_shapes": {k: [list(v.shape), v.dtype.str] for k, v in host.items()},
+        }
+        self.checkpointer.save(loop.env_step, device, host, meta)
+        self.last_checkpoint = loop.env_step
+
+    def restore(self, template: Loop) -> Loop | None:
+        """The loop of the newest good checkpoint, with buffer, envs and log files rewound."""
+        device_template = {"states": template.states, "keys": template.keys,
+                           "metric_sums": template.metric_sums}
+        restored = self.checkpointer.restore_latest(device_template)
+        if restored is None:
+            return None
+        device, host, meta = restored
+
+        def group(prefix):
+            return {k[len(prefix):]: v for k, v in host.items() if k.startswith(prefix)}
+
+        self.buffer.load_state_dict({**group("buffer/"), **meta["buffer_scalars"]})
+        self.env.set_rng_state(group("env_rng/"))
+        obs = self.env.reset()
+        if not np.array_equal(obs, host["obs"]):
+            raise RuntimeError("the restored env does not reproduce the checkpoint's "
+                               "observation; the checkpoint does not belong to this env")
+        self.eval_env.set_rng_state(group("eval_env_rng/"))
+        self.random_actions.bit_generator.state = meta["random_actions"]
+        self.files.truncate_to(meta["offsets"])
+        self.last_checkpoint = meta["env_step"]
+        return Loop(
+            env_step=meta["env_step"],
+            states=device["states"],
+            keys=device["keys"],
+            obs=obs,
+            actions=host["actions"],
+            metric_sums=device["metric_sums"],
+            metric_count=meta["metric_count"],
+            wall_time=meta["wall_time"],
+            env_rng=group("env_rng/"),
+        )
+
+    def start(self) -> Loop:
+        """A fresh loop, or the one resumed from the newest good checkpoint."""
+        has_checkpoint = bool(self.checkpointer.steps())
+        self.files = RunFiles(self.cfg.run_dir, self.cfg.seeds, fresh=not has_checkpoint)
+        self.files.write_config(self.record)
+        loop = self.fresh_loop()
+        if has_checkpoint:
+            loop = self.restore(loop)
+            print(f"resumed from the checkpoint at env step {loop.env_step}", file=sys.stderr)
+        return loop
+
     def run(self) -> Loop:
         cfg = self.cfg
-        self.files.write_config(config_record(cfg, self.agent.config))
-        loop = self.fresh_loop()
+        loop = self.start()
         bar = tqdm(total=cfg.max_steps, initial=loop.env_step, unit="step", dynamic_ncols=True,
                    disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}")
         last_return, started = float("nan"), time.time() - loop.wall_time
         while loop.env_step < cfg.max_steps:
-            self.env_step(loop)
+            ended = self.env_step(loop)
             if self.intervention.schedule.due(loop.env_step):
                 loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
                 self.files.write_interventions(rows)
@@ -188,10 +327,15 @@ class Trainer:
                 self.log_train(loop)
             if loop.env_step % cfg.eval_every == 0 or loop.env_step == cfg.max_steps:
                 last_return = float(np.mean(self.log_eval(loop)))
+            if ended and loop.env_step - self.last_checkpoint >= cfg.checkpoint_every:
+                self.save(loop)
             bar.update(1)
             if loop.env_step % 100 == 0:
                 bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
         bar.close()
+        if self.last_checkpoint != loop.env_step:
+            self.save(loop)
         self.files.write_done({"env_step": loop.env_step, "wall_time": loop.wall_time})
         self.files.close()
+        self.checkpointer.close()
         return loop

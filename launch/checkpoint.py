@@ -1,0 +1,109 @@
+"""Orbax checkpoints of everything a run needs to continue exactly as if it had never stopped.
+
+A checkpoint holds three items: `device` (the seed-batched agent states, action keys and metric
+sums, with PRNG keys stored as their raw data), `host` (the replay buffer's arrays, the env
+RNG states, the current observations and pending actions) and `meta` (JSON: env step, log
+file offsets, buffer pointers, the numpy generator of the random actions). Orbax writes each
+step to a temporary directory and renames it when complete, so a crash while saving leaves the
+previous checkpoint intact; the last `keep` are kept.
+"""
+
+import os
+import sys
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+def _is_key(x: Any) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def keys_to_data(tree):
+    """Replace typed PRNG keys by their uint32 data (orbax stores plain arrays)."""
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def data_to_keys(tree, template):
+    """Inverse of `keys_to_data`, taking the key positions from `template`."""
+    return jax.tree.map(lambda x, t: jax.random.wrap_key_data(x) if _is_key(t) else x,
+                        tree, template)
+
+
+def _abstract(tree):
+    return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+
+
+class CheckpointCorrupt(RuntimeError):
+    """No checkpoint in the directory could be restored."""
+
+
+class Checkpointer:
+    """Saves and restores `(device, host, meta)` triples by env step in `directory`."""
+
+    def __init__(self, directory: str, keep: int = 2):
+        self.directory = os.path.abspath(directory)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=False, cleanup_tmp_directories=True
+        )
+        self.manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=("device", "host", "meta")
+        )
+
+    def steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def save(self, env_step: int, device, host: dict[str, np.ndarray], meta: dict) -> None:
+        self.manager.save(
+            env_step,
+            args=ocp.args.Composite(
+                device=ocp.args.StandardSave(keys_to_data(device)),
+                host=ocp.args.StandardSave(host),
+                meta=ocp.args.JsonSave(meta),
+            ),
+            force=True,
+        )
+        self.manager.wait_until_finished()
+
+    def _restore(self, step: int, device_template, host_shapes: dict):
+        meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        meta = meta["meta"]
+        host_template = {
+            name: jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
+            for name, (shape, dtype) in meta["host_shapes"].items()
+        }
+        del host_shapes
+        out = self.manager.restore(
+            step,
+            args=ocp.args.Composite(
+                device=ocp.args.StandardRestore(_abstract(keys_to_data(device_template))),
+                host=ocp.args.StandardRestore(host_template),
+            ),
+        )
+        device = data_to_keys(out["device"], device_template)
+        host = {k: np.asarray(v) for k, v in out["host"].items()}
+        return device, host, meta
+
+    def restore_latest(self, device_template):
+        """The newest checkpoint that restores cleanly, as `(device, host, meta)`, or None.
+
+        A checkpoint that fails to restore (corrupt or truncated files) is reported on stderr
+        and the one before it is tried.
+        """
+        steps = self.steps()
+        for step in reversed(steps):
+            try:
+                return self._restore(step, device_template, {})
+            except Exception as e:  # orbax/tensorstore raise many types for bad files
+                print(f"warning: checkpoint at env step {step} in {self.directory} cannot be "
+                      f"restored ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                      "trying the previous one", file=sys.stderr)
+        if steps:
+            raise CheckpointCorrupt(f"none of the checkpoints {steps} in {self.directory} "
+                                    "could be restored")
+        return None
+
+    def close(self) -> None:
+        self.manager.close()

@@ -1,0 +1,94 @@
+"""Train BRO on a DeepMind Control task.
+
+    python launch/run_bro.py --env=dog-run                       # BRO with its resets
+    python launch/run_bro.py --env=dog-run --intervention=clip   # SingularClip at those steps
+    python launch/run_bro.py --env=dog-run --utd=2               # BRO Fast: one reset, at 15001
+
+Unless --intervention_steps or --intervention_every is given, interventions fire at BRO's reset
+steps for this --max_steps and --utd. Prints each network's parameter count at start; results go
+to <logdir>/bro/<env>/<run_name>/ as for run_sac.py.
+"""
+
+import dataclasses
+import sys
+
+from absl import app, flags
+
+from agents import bro
+from envs import make_env
+from interventions import bro_reset_steps
+from launch import runner
+from launch.config import TrainConfig, define_flags
+
+BRO_DEFAULTS = TrainConfig(agent="bro", utd=10, batch_size=128, start_steps=2_500,
+                           eval_every=25_000, intervention="reset")
+_DEFAULT = bro.BROConfig()
+_HELP = {
+    "critic_width": "Width of each critic BroNet.",
+    "critic_depth": "Residual blocks of each critic BroNet.",
+    "num_quantiles": "Quantiles each critic predicts.",
+    "kappa": "Threshold of the quantile Huber loss.",
+    "actor_width": "Width of the conservative actor's BroNet.",
+    "actor_depth": "Residual blocks of the conservative actor.",
+    "optimistic_width": "Width of the optimistic actor's BroNet.",
+    "optimistic_depth": "Residual blocks of the optimistic actor.",
+    "std_multiplier": "Optimistic std = std_multiplier * conservative std.",
+    "shift_init_scale": "Orthogonal init scale of the optimistic actor's shift head.",
+    "actor_lr": "AdamW learning rate of the conservative actor.",
+    "optimistic_lr": "AdamW learning rate of the optimistic actor.",
+    "critic_lr": "AdamW learning rate of the critics.",
+    "weight_decay": "AdamW weight decay of actors and critics.",
+    "temp_lr": "Adam learning rate of the temperature.",
+    "temp_b1": "Adam b1 of the temperature.",
+    "scalar_lr": "Adam learning rate of the optimism and KL-weight scalars.",
+    "scalar_b1": "Adam b1 of the optimism and KL-weight scalars.",
+    "init_optimism": "Initial optimism beta_opt.",
+    "init_kl_weight": "Initial KL weight lambda_KL.",
+    "target_kl": "Target KL(optimistic || conservative) per action dimension.",
+    "pessimism": "beta_pess of the critic target and the conservative actor (0: mean of critics).",
+    "discount": "Discount factor.",
+    "tau": "Target critic Polyak rate per gradient step.",
+    "init_temperature": "Initial temperature.",
+    "target_entropy_scale": "Target entropy is -scale * action_dim.",
+    "log_std_min": "Lower bound of the actor's log-std.",
+    "log_std_max": "Upper bound of the actor's log-std.",
+    "scalar_log_min": "beta_opt and lambda_KL stay above e^scalar_log_min.",
+    "scalar_log_max": "beta_opt and lambda_KL stay below e^scalar_log_max.",
+}
+_DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
+
+define_flags(BRO_DEFAULTS)
+for _name, _help in _HELP.items():
+    _DEFINE[type(getattr(_DEFAULT, _name))](_name, getattr(_DEFAULT, _name), _help)
+
+
+def agent_config() -> bro.BROConfig:
+    """The BROConfig of the flags; prints each network's parameter count for this env."""
+    f = flags.FLAGS
+    try:
+        config = bro.BROConfig(**{name: f[name].value for name in _HELP},
+                               batch_size=f.batch_size)
+    except ValueError as e:
+        raise runner.ConfigError(str(e)) from None
+    env = make_env(f.env, f.seed, f.action_repeat)
+    counts = bro.param_counts(env.obs_dim, env.act_dim, config)
+    print(f"parameters (obs {env.obs_dim}, act {env.act_dim}): "
+          + ", ".join(f"{name} {n:,}" for name, n in counts.items()), file=sys.stderr)
+    return config
+
+
+def adjust(cfg: TrainConfig) -> TrainConfig:
+    """Intervene at BRO's reset steps unless the user scheduled the interventions."""
+    if cfg.intervention_steps or flags.FLAGS["intervention_every"].present:
+        return cfg
+    return dataclasses.replace(
+        cfg, intervention_steps=tuple(bro_reset_steps(cfg.max_steps, cfg.utd))
+    )
+
+
+def main(argv):
+    runner.main(argv, "bro", agent_config, adjust)
+
+
+if __name__ == "__main__":
+    app.run(main)
