@@ -147,8 +147,12 @@ def read_project_run_dir(run_dir: Path) -> list[Run]:
                                    f"expected a header with {', '.join(EVAL_COLUMNS)}")
         rows: dict[str, list[tuple[int, float]]] = {}
         for row in reader:
-            rows.setdefault(row["seed"], []).append(
-                (int(float(row["env_step"])), float(row["return"])))
+            try:
+                entry = (int(float(row["env_step"])), float(row["return"]))
+            except (TypeError, ValueError):
+                raise AggregationError(f"{run_dir / 'eval.csv'}:{reader.line_num}: expected "
+                                       f"numbers for env_step and return, got {row}") from None
+            rows.setdefault(row["seed"], []).append(entry)
     expected = config.get("num_seeds")
     if isinstance(expected, int) and len(rows) < expected:
         warnings.warn(f"{run_dir}: eval.csv has {len(rows)} of num_seeds={expected} seeds",

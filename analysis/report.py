@@ -41,11 +41,13 @@ def markdown(summary: Summary, sources: Sequence[Source] = (),
     s = summary.settings
     digits = 3 if s.normalize else 1
     units = f"returns / {s.max_return:g}" if s.normalize else "raw returns"
-    window = "the evaluation" if s.window == 1 else f"the mean of the last {s.window} evaluations"
+    window = ("its evaluation at" if s.window == 1 else
+              f"the mean of its last {s.window} evaluations up to")
     lines = [
         f"# Aggregate results at env step {s.step:,}",
         "",
-        f"Scores: {units}; each run scores {window} at or before step {s.step:,}. "
+        f"Scores: {units}; each run scores {window} step {s.step:,} (or the last evaluation "
+        "before it, within one evaluation interval; runs without one are dropped). "
         f"{s.confidence:.0%} stratified-bootstrap percentile intervals, {s.reps:,} repetitions "
         f"(curves and profiles: {s.curve_reps:,}), seed {s.seed}.",
         "",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.layouts import Run
+from analysis.layouts import Run, canonical_task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +118,7 @@ def shared_tasks(datasets: Mapping[str, Sequence[Run]],
     """Tasks every algorithm has (or the requested ones, all of which every algorithm must have)."""
     have = {label: {r.task for r in runs} for label, runs in datasets.items()}
     if requested:
+        requested = [canonical_task(t) for t in requested]
         missing = {label: sorted(set(requested) - t) for label, t in have.items()}
         missing = {label: m for label, m in missing.items() if m}
         if missing:

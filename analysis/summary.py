@@ -163,8 +163,8 @@ def summarize(datasets: Mapping[str, Sequence[Run]], settings: Settings = Settin
            for label, runs in datasets.items()}
     tasks = _scored_tasks(raw, tasks)
     divisor = settings.max_return if settings.normalize else 1.0
-    scores = {label: dataclasses.replace(m.select(tasks), values=m.select(tasks).values / divisor)
-              for label, m in raw.items()}
+    kept = {label: m.select(tasks) for label, m in raw.items()}
+    scores = {label: dataclasses.replace(m, values=m.values / divisor) for label, m in kept.items()}
     gamma = settings.scale
     return Summary(
         settings=settings,

@@ -17,14 +17,15 @@ from absl import app, flags
 from analysis.datasets import load_datasets
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.report import write_tables
-from analysis.summary import Settings, summarize
+from analysis.summary import Settings, check_settings, summarize
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runs", [], "Run directories, one algorithm each (or split by --group_by). "
                   "Layouts: run dirs with config.json + eval.csv, <task>/<seed>.txt, <task>.npy.")
 flags.DEFINE_list("labels", [], "One label per --runs entry (default: directory names).")
 flags.DEFINE_list("group_by", [], "Config keys (dotted paths allowed) that split this "
-                  "project's runs into algorithms, e.g. intervention,utd.")
+                  "project's runs into algorithms labelled like 'intervention=clip,utd=8' "
+                  "(prefixed by the entry's label when there are several entries or --labels).")
 flags.DEFINE_list("tasks", [], "Tasks to aggregate over (default: those all algorithms have).")
 flags.DEFINE_integer("step", 1_000_000, "Env step whose evaluation each run is scored by.")
 flags.DEFINE_integer("window", 1, "Average the last this many evaluations at or before --step.")
@@ -59,6 +60,7 @@ def settings_from_flags() -> Settings:
 def run(collected: list[str]) -> None:
     """Read, aggregate, write; warnings are printed as they arise and kept in `collected`."""
     settings = settings_from_flags()
+    check_settings(settings)
     datasets, sources = load_datasets(FLAGS.runs, FLAGS.labels, FLAGS.group_by,
                                       FLAGS.npy_eval_every, FLAGS.npy_first_step)
     for x in sources:

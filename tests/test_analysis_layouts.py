@@ -105,6 +105,14 @@ def test_malformed_txt_row_names_file_and_line(tmp_path):
         load_runs(tmp_path)
 
 
+def test_malformed_eval_csv_row_names_file_and_line(tmp_path):
+    run_dir = write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0)})
+    with open(run_dir / "eval.csv", "a") as fh:
+        fh.write("40000,0,nan?,1.0\n")
+    with pytest.raises(AggregationError, match=r"eval.csv:5: expected numbers"):
+        load_runs(tmp_path)
+
+
 def test_npy_layout_builds_the_step_grid_and_drops_nan_tails(tmp_path):
     table = np.arange(12, dtype=float).reshape(4, 3)
     table[2:, 1] = np.nan

@@ -57,6 +57,8 @@ def test_shared_tasks_keep_the_intersection_and_say_what_was_left_out():
     assert [str(w.message) for w in record] == [
         "x: tasks not shared by all algorithms are left out: a",
         "y: tasks not shared by all algorithms are left out: c"]
+    assert shared_tasks({"z": [run("finger-turn_hard", "0", GRID)]}, ["finger-turn"]) == [
+        "finger-turn_hard"]
     with pytest.raises(AggregationError, match="x lacks c"):
         shared_tasks(datasets, ["b", "c"])
     with pytest.raises(AggregationError, match="no task is shared"):

@@ -1,0 +1,88 @@
+"""IQM interval estimates: this project's vectorised stratified bootstrap against rliable's,
+same problem, same process; also the peak memory of ours (tracemalloc).
+
+    python benchmarks/aggregate.py [--algorithms=5 --tasks=15 --runs=10 --reps=50000]
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import tracemalloc
+
+import numpy as np
+import pandas.util._decorators as pandas_decorators
+from absl import app, flags
+
+from analysis import metrics
+from analysis.bootstrap import generator, percentile_interval, stratified_bootstrap
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("algorithms", 5, "Algorithms (score matrices).")
+flags.DEFINE_integer("tasks", 15, "Tasks per matrix.")
+flags.DEFINE_integer("runs", 10, "Runs per task.")
+flags.DEFINE_integer("reps", 50_000, "Bootstrap repetitions, for both implementations.")
+flags.DEFINE_float("chunk_mb", 256.0, "Our chunk budget in MB.")
+flags.DEFINE_integer("seed", 0, "Seed of the random score matrices and of both bootstraps.")
+
+
+def import_rliable_library():
+    """rliable.library imports arch 7.2, which calls pandas' deprecate_kwarg(old, new); pandas 3
+    added a leading warning-class argument, so supply it while arch is imported."""
+    original = pandas_decorators.deprecate_kwarg
+    if next(iter(inspect.signature(original).parameters)) == "klass":
+        pandas_decorators.deprecate_kwarg = lambda *a, **k: original(FutureWarning, *a, **k)
+    try:
+        from rliable import library
+    finally:
+        pandas_decorators.deprecate_kwarg = original
+    return library
+
+
+def ours(scores: dict[str, np.ndarray]) -> tuple[dict, float, int]:
+    """Intervals per algorithm, seconds, peak traced bytes."""
+    tracemalloc.start()
+    start = time.perf_counter()
+    intervals = {
+        label: percentile_interval(stratified_bootstrap(
+            [s], metrics.iqm, FLAGS.reps, generator(FLAGS.seed, label), chunk_mb=FLAGS.chunk_mb))
+        for label, s in scores.items()}
+    seconds = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return intervals, seconds, peak
+
+
+def theirs(scores: dict[str, np.ndarray]) -> tuple[dict, float]:
+    """rliable's intervals per algorithm and seconds."""
+    library = import_rliable_library()
+    from rliable import metrics as rliable_metrics
+
+    np.random.seed(FLAGS.seed)
+    start = time.perf_counter()
+    _, intervals = library.get_interval_estimates(
+        scores, lambda s: np.array([rliable_metrics.aggregate_iqm(s)]), reps=FLAGS.reps)
+    return intervals, time.perf_counter() - start
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    rng = np.random.default_rng(FLAGS.seed)
+    difficulty = rng.uniform(0.2, 1.0, size=FLAGS.tasks)
+    scores = {f"algo{i}": rng.beta(2, 2, size=(FLAGS.runs, FLAGS.tasks)) * difficulty
+              for i in range(FLAGS.algorithms)}
+    shape = f"{FLAGS.algorithms} algorithms x {FLAGS.tasks} tasks x {FLAGS.runs} runs"
+    print(f"IQM 95% intervals, {FLAGS.reps:,} repetitions, {shape}")
+    our_ci, our_s, peak = ours(scores)
+    print(f"ours:    {our_s:8.2f} s   peak traced memory {peak / 2**20:.1f} MB "
+          f"(chunk budget {FLAGS.chunk_mb:g} MB)")
+    their_ci, their_s = theirs(scores)
+    print(f"rliable: {their_s:8.2f} s")
+    print(f"speed-up: {their_s / our_s:.1f}x")
+    worst = max(float(np.max(np.abs(our_ci[k] - their_ci[k].ravel()) / np.ptp(our_ci[k])))
+                for k in scores)
+    print(f"largest endpoint difference: {worst:.3f} x interval width (Monte-Carlo noise)")
+
+
+if __name__ == "__main__":
+    app.run(main)
