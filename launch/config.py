@@ -104,6 +104,11 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"--intervention_steps must be positive env steps, got {list(steps)}")
     if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
         raise ConfigError(f"--intervention_steps must be strictly increasing, got {list(steps)}")
+    if cfg.intervention == "none" and steps:
+        raise ConfigError(
+            f"--intervention_steps={','.join(map(str, steps))} contradicts --intervention=none; "
+            "choose --intervention=reset or clip, or drop the steps"
+        )
     if cfg.batch_size > cfg.buffer_capacity:
         raise ConfigError(
             f"--batch_size={cfg.batch_size} is larger than --buffer_capacity={cfg.buffer_capacity}"
@@ -122,7 +127,8 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_integer("max_steps", d.max_steps, "Env steps to train for (per seed).")
     flags.DEFINE_integer("start_steps", d.start_steps, "Initial env steps with uniform random "
                          "actions and no updates.")
-    flags.DEFINE_integer("action_repeat", d.action_repeat, "Env steps per agent action.")
+    flags.DEFINE_integer("action_repeat", d.action_repeat, "Simulator steps per agent action "
+                         "(step counts in the other flags count agent steps).")
     flags.DEFINE_integer("buffer_capacity", d.buffer_capacity, "Replay capacity per seed.")
     flags.DEFINE_integer("eval_every", d.eval_every,
                          "Evaluate (and log diagnostics) every N env steps.")

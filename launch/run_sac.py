@@ -11,7 +11,7 @@ import dataclasses
 from absl import app, flags
 
 from agents import sac
-from launch import runner
+from launch import config, runner
 from launch.config import TrainConfig, define_flags
 
 SAC_DEFAULTS = TrainConfig(agent="sac", utd=1, batch_size=256, start_steps=10_000,
@@ -19,6 +19,7 @@ SAC_DEFAULTS = TrainConfig(agent="sac", utd=1, batch_size=256, start_steps=10_00
 _DEFAULT = sac.SACConfig()
 
 define_flags(SAC_DEFAULTS)
+flags.adopt_module_key_flags(config)  # the shared flags show in --help
 flags.DEFINE_integer("hidden_dim", _DEFAULT.hidden_dims[0], "Width of each hidden layer.")
 flags.DEFINE_integer("num_layers", len(_DEFAULT.hidden_dims), "Hidden layers of actor and critic.")
 flags.DEFINE_boolean("layer_norm", _DEFAULT.layer_norm, "LayerNorm after each hidden Dense.")

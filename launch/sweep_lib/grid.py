@@ -1,0 +1,216 @@
+"""Sweep grids: agent x envs x interventions x UTDs x seed groups, expanded into jobs.
+
+One job is one (agent, env, intervention, UTD) with a group of consecutive seeds that the run
+script trains vmapped in one process. Its run directory is the one the run script writes,
+`<logdir>/<agent>/<env>/<intervention>-utd<utd>-seed<first seed>/`.
+"""
+
+import dataclasses
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from envs import check_env_name
+
+AGENTS = ("sac", "bro")
+INTERVENTIONS = ("none", "reset", "clip")
+# Integer settings of the run scripts a sweep may set; unset ones keep the agent's defaults.
+TRAIN_FLAGS = ("max_steps", "start_steps", "eval_every", "eval_episodes", "batch_size",
+               "checkpoint_every")
+PRESETS = {
+    # The 15 DMC tasks of BRO (Nauman et al. 2024); their "finger-turn" is finger-turn_hard.
+    "bro15": ("acrobot-swingup", "cheetah-run", "dog-run", "dog-stand", "dog-trot", "dog-walk",
+              "finger-turn_hard", "fish-swim", "hopper-hop", "humanoid-run", "humanoid-stand",
+              "humanoid-walk", "pendulum-swingup", "quadruped-run", "walker-run"),
+    # The 10 DMC tasks of the SAC reset study (Nikishin et al. 2022).
+    "resets10": ("acrobot-swingup", "cheetah-run", "finger-turn_hard", "fish-swim", "hopper-hop",
+                 "humanoid-run", "humanoid-stand", "quadruped-run", "swimmer-swimmer15",
+                 "walker-run"),
+}
+GRID_KEYS = ("agent", "envs", "preset", "interventions", "utds", "seeds", "first_seed",
+             "seeds_per_job", "extra", *TRAIN_FLAGS)
+DEFAULT_SCRIPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class SweepError(ValueError):
+    """A sweep setting that cannot work; the message is one line for the user."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """One run-script invocation: an (agent, env, intervention, UTD) and its seed group."""
+
+    agent: str
+    env: str
+    intervention: str
+    utd: int
+    seed: int
+    num_seeds: int
+    train_flags: tuple[tuple[str, int], ...] = ()
+    extra: tuple[str, ...] = ()
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.intervention}-utd{self.utd}-seed{self.seed}"
+
+    @property
+    def key(self) -> str:
+        """`<agent>/<env>/<run_name>`: the run directory relative to the logdir."""
+        return f"{self.agent}/{self.env}/{self.run_name}"
+
+    def run_dir(self, logdir: str) -> str:
+        return os.path.join(logdir, self.agent, self.env, self.run_name)
+
+    def argv(self, logdir: str, script_dir: str = DEFAULT_SCRIPT_DIR) -> list[str]:
+        """The command line of this job: the run script with --resume=auto, then extra flags."""
+        flags = {"env": self.env, "utd": self.utd, "intervention": self.intervention,
+                 "seed": self.seed, "num_seeds": self.num_seeds, **dict(self.train_flags),
+                 "logdir": logdir, "run_name": self.run_name, "resume": "auto"}
+        script = os.path.join(os.path.abspath(script_dir), f"run_{self.agent}.py")
+        return [sys.executable, script, *(f"--{k}={v}" for k, v in flags.items()), *self.extra]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> "JobSpec":
+        return cls(**{**record, "train_flags": tuple(tuple(p) for p in record["train_flags"]),
+                      "extra": tuple(record["extra"])})
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """A validated grid; `jobs()` expands it in (env, intervention, UTD, seed) order."""
+
+    agent: str
+    envs: tuple[str, ...]
+    interventions: tuple[str, ...]
+    utds: tuple[int, ...]
+    seeds: int
+    first_seed: int = 0
+    seeds_per_job: int = 0
+    train_flags: tuple[tuple[str, int], ...] = ()
+    extra: tuple[str, ...] = ()
+
+    def jobs(self) -> list[JobSpec]:
+        group = self.seeds_per_job or self.seeds
+        starts = range(self.first_seed, self.first_seed + self.seeds, group)
+        end = self.first_seed + self.seeds
+        return [JobSpec(self.agent, env, intervention, utd, start, min(group, end - start),
+                        self.train_flags, self.extra)
+                for env in self.envs for intervention in self.interventions
+                for utd in self.utds for start in starts]
+
+
+def _items(value: str | Iterable[Any] | None) -> list[str]:
+    """A comma-separated string or a sequence, as a list of stripped non-empty strings."""
+    if value is None:
+        return []
+    parts = value.split(",") if isinstance(value, str) else value
+    return [str(p).strip() for p in parts if str(p).strip()]
+
+
+def _int(name: str, value: Any, minimum: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise SweepError(f"{name} must be an integer, got {value!r}") from None
+    if number < minimum or isinstance(value, float) and value != number:
+        raise SweepError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return number
+
+
+def _choices(name: str, values: list[str], accepted: Sequence[str]) -> tuple[str, ...]:
+    for value in values:
+        if value not in accepted:
+            raise SweepError(f"unknown {name} {value!r}; accepted: {', '.join(accepted)}")
+    return tuple(dict.fromkeys(values))
+
+
+def resolve_envs(envs: str | Iterable[str] | None, presets: str | Iterable[str] | None = None,
+                 ) -> tuple[str, ...]:
+    """Preset task lists then explicit env names, validated, duplicates dropped."""
+    names: list[str] = []
+    for preset in _items(presets):
+        if preset not in PRESETS:
+            raise SweepError(f"unknown preset {preset!r}; accepted: {', '.join(PRESETS)}")
+        names.extend(PRESETS[preset])
+    names.extend(_items(envs))
+    if not names:
+        raise SweepError("no envs given; pass --envs=domain-task,... and/or --preset="
+                         f"{'|'.join(PRESETS)}")
+    for name in names:
+        check_env_name(name)
+    return tuple(dict.fromkeys(names))
+
+
+def make_grid(agent: str, envs: str | Iterable[str] | None = None,
+              preset: str | Iterable[str] | None = None,
+              interventions: str | Iterable[str] = "none", utds: str | Iterable[Any] = "1",
+              seeds: int = 1, first_seed: int = 0, seeds_per_job: int = 0,
+              extra: str | Iterable[str] = (), **train_flags: int | None) -> Grid:
+    """Validate the grid's settings (raising SweepError, one line) and build it."""
+    unknown = sorted(set(train_flags) - set(TRAIN_FLAGS))
+    if unknown:
+        raise SweepError(f"unknown grid setting(s) {', '.join(unknown)}; accepted: "
+                         f"{', '.join(GRID_KEYS)}")
+    agent = _choices("agent", [str(agent)], AGENTS)[0]
+    chosen = _choices("intervention", _items(interventions), INTERVENTIONS)
+    if not chosen:
+        raise SweepError(f"no interventions given; accepted: {', '.join(INTERVENTIONS)}")
+    utd_values = tuple(dict.fromkeys(_int("utd", u, 1) for u in _items(utds)))
+    if not utd_values:
+        raise SweepError("no UTDs given; pass --utds=1,4,8 (integers >= 1)")
+    flags = tuple((name, _int(name, value, 0 if name == "start_steps" else 1))
+                  for name, value in train_flags.items() if value is not None)
+    return Grid(agent=agent, envs=resolve_envs(envs, preset), interventions=chosen,
+                utds=utd_values, seeds=_int("seeds", seeds, 1),
+                first_seed=_int("first_seed", first_seed, 0),
+                seeds_per_job=_int("seeds_per_job", seeds_per_job, 0), train_flags=flags,
+                extra=tuple(shlex.split(extra) if isinstance(extra, str) else extra))
+
+
+def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:
+    """Grids from a JSON file: one object, a list of objects, or {"grids": [...]}.
+
+    Each object takes GRID_KEYS; keys it leaves out come from `defaults` (the flags).
+    """
+    try:
+        with open(path) as f:
+            content = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise SweepError(f"cannot read grid file {path}: {e}") from None
+    if isinstance(content, dict) and "grids" in content:
+        content = content["grids"]
+    entries = content if isinstance(content, list) else [content]
+    grids = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise SweepError(f"{path}: grid {i} must be a JSON object with keys from "
+                             f"{', '.join(GRID_KEYS)}, got {type(entry).__name__}")
+        unknown = sorted(set(entry) - set(GRID_KEYS))
+        if unknown:
+            raise SweepError(f"{path}: grid {i} has unknown key(s) {', '.join(unknown)}; "
+                             f"accepted: {', '.join(GRID_KEYS)}")
+        settings = {**defaults, **entry}
+        if "envs" in entry or "preset" in entry:
+            settings["envs"], settings["preset"] = entry.get("envs"), entry.get("preset")
+        try:
+            grids.append(make_grid(**settings))
+        except SweepError as e:
+            raise SweepError(f"{path}: grid {i}: {e}") from None
+    return grids
+
+
+def expand(grids: Iterable[Grid]) -> list[JobSpec]:
+    """All jobs of the grids in order; a run directory claimed by two different jobs is an error."""
+    jobs: dict[str, JobSpec] = {}
+    for grid in grids:
+        for job in grid.jobs():
+            if jobs.setdefault(job.key, job) != job:
+                raise SweepError(f"two grid entries write the same run directory {job.key} with "
+                                 "different settings; split them into separate logdirs")
+    return list(jobs.values())

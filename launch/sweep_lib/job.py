@@ -1,0 +1,227 @@
+"""What a sweep submits: a job runs one run script as a subprocess and keeps its record.
+
+The run script resumes from its latest checkpoint when started again (--resume=auto), so
+every way a job can end early (killed, preempted, timed out) is repaired by running the same
+command again. Under submitit, a preemption / time-out signal stops the script and requeues
+the job (both classes are `Checkpointable`); on the local executor a `LocalWorker` takes jobs
+one after another from its launch's queue, which is how --max_parallel is kept.
+"""
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import submitit
+from submitit.core.utils import DelayedSubmission
+
+from launch.sweep_lib.state import HEARTBEAT_S, read_json, this_process, update_record
+
+# After the script dies of a signal, wait this long for submitit's preemption signal to arrive
+# (SLURM preemption sends SIGTERM to every process, then the signal that requeues).
+PREEMPT_GRACE_S = 5.0
+TERMINATE_WAIT_S = 30.0
+POLL_S = 0.5
+LAST_LINE_CHARS = 300
+PR_SET_PDEATHSIG = 1
+
+
+def _requeue_signal() -> signal.Signals:
+    return signal.Signals["SIG" + submitit.JobEnvironment.USR_SIG]
+
+
+def _child_setup(parent_pid: int) -> Callable[[], None]:
+    """Runs in the child before exec: dies with its parent, ignores the requeue signal."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+    requeue = _requeue_signal()
+
+    def setup() -> None:
+        signal.signal(requeue, signal.SIG_IGN)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    return setup
+
+
+@contextlib.contextmanager
+def _requeue_deferred() -> Iterator[None]:
+    """Hold the requeue signal back: its handler must not run while a record lock or Popen's
+    own lock is held, since it stops the script and writes the record itself."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {_requeue_signal()})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def last_line(path: str, offset: int = 0) -> str:
+    """The last non-empty line written to `path` after byte `offset` (progress bars too)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode("utf-8", errors="replace")
+    lines = [line.strip() for line in text.replace("\r", "\n").split("\n") if line.strip()]
+    return lines[-1][:LAST_LINE_CHARS] if lines else ""
+
+
+def scheduler_id() -> str:
+    """The submitit job id of the calling process ("123", "123_4" in an array), or ''."""
+    if not os.environ.get("SUBMITIT_EXECUTOR"):
+        return ""
+    return submitit.JobEnvironment().job_id
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """One run script invocation; calling it runs the script to its end and records how."""
+
+    def __init__(self, key: str, argv: Sequence[str], run_dir: str, record: str, stdout: str,
+                 stderr: str, env: Mapping[str, str | None] | None = None):
+        self.key, self.argv, self.run_dir = key, list(argv), run_dir
+        self.record, self.stdout, self.stderr = record, stdout, stderr
+        self.env = dict(env or {})
+        self._proc: subprocess.Popen | None = None
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_proc"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _proc=None)
+
+    @property
+    def finished(self) -> bool:
+        return os.path.exists(os.path.join(self.run_dir, "done.json"))
+
+    def __call__(self) -> str:
+        """Run (or resume) the script; returns the final state: done, failed or interrupted."""
+        if self.finished:
+            self._update(state="done", detail="finished before this attempt")
+            return "done"
+        os.makedirs(os.path.dirname(self.record), exist_ok=True)
+        with open(self.record + ".run", "a") as run_lock:
+            try:
+                fcntl.flock(run_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "running"
+            return self._run()
+
+    def _run(self) -> str:
+        attempt = read_json(self.record).get("attempt", 0) + 1
+        now = time.time()
+        self._update(state="running", detail=f"attempt {attempt}", attempt=attempt, started=now,
+                     heartbeat=now, finished=None, returncode=None,
+                     scheduler_id=scheduler_id(), **this_process())
+        os.makedirs(os.path.dirname(self.stdout), exist_ok=True)
+        with open(self.stdout, "ab") as out, open(self.stderr, "ab") as err:
+            header = (f"=== {self.key} attempt {attempt} on {socket.gethostname()} at "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(self.argv)}\n").encode()
+            for stream in (out, err):
+                stream.write(header)
+                stream.flush()
+            start = err.tell()
+            with _requeue_deferred():
+                self._proc = subprocess.Popen(self.argv, stdout=out, stderr=err,
+                                              env=self._child_env(),
+                                              preexec_fn=_child_setup(os.getpid()))
+                update_record(self.record, child_pid=self._proc.pid)
+            returncode = self._wait()
+        self._proc = None
+        state, detail = self._outcome(returncode, start)
+        self._update(state=state, detail=detail, returncode=returncode, finished=time.time())
+        return state
+
+    def _update(self, **changes) -> None:
+        with _requeue_deferred():
+            update_record(self.record, **changes)
+
+    def _child_env(self) -> dict[str, str]:
+        env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+        for name, value in self.env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+        return env
+
+    def _wait(self) -> int:
+        """Poll the script, beating the heartbeat; submitit's signal handler runs only in sleep."""
+        beat = time.time()
+        while True:
+            with _requeue_deferred():
+                returncode = self._proc.poll()
+                if returncode is not None:
+                    return returncode
+                if time.time() - beat >= HEARTBEAT_S:
+                    beat = time.time()
+                    update_record(self.record, heartbeat=beat)
+            time.sleep(POLL_S)
+
+    def _outcome(self, returncode: int, err_start: int) -> tuple[str, str]:
+        if returncode == 0:
+            if self.finished:
+                return "done", ""
+            return "failed", "exit 0 without writing done.json"
+        if returncode > 0:
+            return "failed", f"exit {returncode}: {last_line(self.stderr, err_start)}"
+        if os.environ.get("SUBMITIT_EXECUTOR"):
+            time.sleep(PREEMPT_GRACE_S)
+        return "interrupted", f"run script killed by {signal.Signals(-returncode).name}"
+
+    def stop(self, detail: str) -> None:
+        """Stop the script (SIGTERM, then SIGKILL) and record the job as queued again."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=TERMINATE_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        update_record(self.record, state="queued", detail=detail)
+
+    def checkpoint(self) -> DelayedSubmission:
+        """submitit calls this on preemption / time-out: stop, then requeue this same job."""
+        self.stop("requeued after preemption or time-out")
+        return super().checkpoint()
+
+
+class LocalWorker(submitit.helpers.Checkpointable):
+    """Runs the jobs of one local launch that no other worker has claimed, one at a time."""
+
+    def __init__(self, jobs: Sequence[RunJob], claims: str):
+        self.jobs, self.claims = list(jobs), claims
+        self.current: int | None = None
+
+    def _claim(self, key: str) -> bool:
+        os.makedirs(self.claims, exist_ok=True)
+        path = os.path.join(self.claims, key.replace("/", "__"))
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        return False
+
+    def __call__(self) -> list[tuple[str, str]]:
+        """Run the job this worker was running before a requeue, then every unclaimed one."""
+        outcomes = []
+        if self.current is not None:
+            outcomes.append((self.jobs[self.current].key, self.jobs[self.current]()))
+            self.current = None
+        for index, job in enumerate(self.jobs):
+            if self._claim(job.key):
+                self.current = index
+                outcomes.append((job.key, job()))
+                self.current = None
+        return outcomes
+
+    def checkpoint(self) -> DelayedSubmission:
+        """Stop the current job and requeue this worker; it resumes that job first."""
+        if self.current is not None:
+            self.jobs[self.current].stop("requeued after the local worker's time-out")
+        return super().checkpoint()

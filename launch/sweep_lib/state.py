@@ -1,0 +1,189 @@
+"""The sweep's on-disk state under `<logdir>/.sweep/`, readable without submitit's pickles.
+
+    jobs/<agent>/<env>/<run_name>.json     a job's record (spec, state, attempt, host, pid, error)
+    logs/<agent>/<env>/<run_name>.out|err  the run script's stdout / stderr, every attempt
+    launches/<id>.json                     one launch: executor, workers or scheduler ids
+    launches/<id>.claims/                  local workers claim jobs here (one file per job)
+    submitit/                              submitit's own folder (pickles, its logs)
+
+A record is rewritten atomically under a lock by whoever changes it: the sweep writes
+"queued" before it submits, the job wrapper writes "running" and its outcome. `describe`
+turns a record into what is true now: a finished run (done.json) is done whatever the record
+says, and a "running" or "queued" record whose process, worker or SLURM job is gone is
+"interrupted".
+"""
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+SWEEP_DIR = ".sweep"
+HEARTBEAT_S = 10.0
+# A "running" record on another host is believed while its heartbeat is younger than this.
+STALE_AFTER_S = 6 * HEARTBEAT_S
+STATES = ("pending", "queued", "running", "done", "failed", "interrupted")
+FINAL_STATES = ("done", "failed", "interrupted")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPaths:
+    """Where the sweep keeps its files for one logdir."""
+
+    logdir: str
+
+    @property
+    def root(self) -> str:
+        return os.path.join(self.logdir, SWEEP_DIR)
+
+    @property
+    def submitit(self) -> str:
+        return os.path.join(self.root, "submitit")
+
+    def record(self, key: str) -> str:
+        return os.path.join(self.root, "jobs", f"{key}.json")
+
+    def log(self, key: str, stream: str) -> str:
+        return os.path.join(self.root, "logs", f"{key}.{stream}")
+
+    def launch(self, launch_id: str) -> str:
+        return os.path.join(self.root, "launches", f"{launch_id}.json")
+
+    def claims(self, launch_id: str) -> str:
+        return os.path.join(self.root, "launches", f"{launch_id}.claims")
+
+    def recorded_keys(self) -> list[str]:
+        """Keys of every job that has a record, sorted."""
+        top = os.path.join(self.root, "jobs")
+        keys = []
+        for folder, _, files in os.walk(top):
+            keys += [os.path.relpath(os.path.join(folder, f), top)[: -len(".json")]
+                     for f in files if f.endswith(".json")]
+        return sorted(k.replace(os.sep, "/") for k in keys)
+
+
+def read_json(path: str) -> dict[str, Any]:
+    """The JSON object in `path`, or {} if there is none."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def write_json(path: str, record: Mapping[str, Any]) -> None:
+    """Write atomically: a reader sees the old or the new object, never half of one."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def update_record(path: str, **changes: Any) -> dict[str, Any]:
+    """Merge `changes` into the record at `path` under its lock; returns the new record."""
+    with _locked(path):
+        record = {**read_json(path), **changes, "updated": time.time()}
+        write_json(path, record)
+    return record
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (tells a live process from a reused pid), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def this_process() -> dict[str, Any]:
+    """Host, pid and start time of the calling process, as stored in records."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "pid_start": process_start(pid)}
+
+
+def process_alive(proc: Mapping[str, Any]) -> bool | None:
+    """Whether a process recorded by `this_process` still runs; None when it is on another host."""
+    if proc.get("host") != socket.gethostname():
+        return None
+    start = process_start(int(proc["pid"]))
+    return start is not None and start == proc.get("pid_start")
+
+
+def slurm_queue() -> set[str] | None:
+    """Ids of this user's SLURM jobs (array tasks one by one), or None if squeue cannot tell."""
+    if shutil.which("squeue") is None:
+        return None
+    try:
+        out = subprocess.run(["squeue", "--me", "--noheader", "--array", "--format=%i"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(out.stdout.split()) if out.returncode == 0 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    """What is true of a job now: a state from STATES, a detail line, and its record."""
+
+    state: str
+    detail: str
+    record: Mapping[str, Any]
+
+
+def describe(record: Mapping[str, Any], done: bool, launch: Mapping[str, Any],
+             queue: set[str] | None) -> Status:
+    """The job's state now from its record, whether done.json exists, its launch and squeue."""
+    state = record.get("state", "pending")
+    detail = record.get("detail", "")
+    if done:
+        return Status("done", detail if state == "done" else "", record)
+    if state == "running":
+        alive = process_alive(record)
+        stale = time.time() - record.get("heartbeat", 0.0) > STALE_AFTER_S
+        if alive is False or alive is None and stale:
+            return Status("interrupted", f"job process {record.get('pid')} on "
+                          f"{record.get('host')} is gone (killed?)", record)
+    if state == "queued":
+        gone = _queued_job_gone(record.get("key", ""), launch, queue)
+        if gone:
+            return Status("interrupted", gone, record)
+    return Status(state, detail, record)
+
+
+def _queued_job_gone(key: str, launch: Mapping[str, Any], queue: set[str] | None) -> str:
+    """Why a queued job will never start (its workers or SLURM job are gone), or ''."""
+    if not launch.get("submitted"):
+        submitter = launch.get("submitter", {})
+        if submitter and process_alive(submitter) is not False:
+            return ""
+        return "its launch stopped before submitting it"
+    if launch["executor"] == "local":
+        if any(process_alive(w) is not False for w in launch.get("workers", [])):
+            return ""
+        return "every local worker of its launch exited before running it"
+    job_id = launch.get("scheduler_ids", {}).get(key)
+    if queue is None or job_id is None or job_id in queue:
+        return ""
+    return f"SLURM job {job_id} left the queue without running it"

@@ -1,0 +1,111 @@
+"""run_sac.py end to end, as a user types it: files, intervention events, diagnostics."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.runs import FAST_SAC, read_csv, run
+
+EXPECTED_FILES = {"config.json", "eval.csv", "train.csv", "diagnostics.csv", "interventions.csv",
+                  "0.txt", "1.txt", "done.json", "checkpoints"}
+
+
+@pytest.fixture(scope="module", params=[("clip", 1), ("reset", 3)], ids=["clip-utd1", "reset-utd3"])
+def finished_run(request, tmp_path_factory):
+    intervention, utd = request.param
+    logdir = tmp_path_factory.mktemp(f"{intervention}{utd}")
+    run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", "--num_seeds=2", f"--utd={utd}",
+        "--max_steps=2500", "--start_steps=500", "--eval_every=500", "--log_every=500",
+        f"--intervention={intervention}", "--intervention_every=1000", "--clip_c=1.2")
+    run_dir = logdir / "sac" / "cartpole-swingup" / f"{intervention}-utd{utd}-seed0"
+    return run_dir, intervention, utd
+
+
+def test_writes_every_file(finished_run):
+    run_dir, intervention, utd = finished_run
+    assert set(os.listdir(run_dir)) == EXPECTED_FILES
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["utd"] == utd and config["intervention"] == intervention
+    assert config["agent_config"]["hidden_dims"] == [32, 32]
+    assert {"jax", "flax", "mujoco", "dm_control"} <= set(config["versions"])
+    assert json.loads((run_dir / "done.json").read_text())["env_step"] == 2500
+
+
+def test_eval_rows_and_seed_files(finished_run):
+    run_dir, *_ = finished_run
+    rows = read_csv(run_dir / "eval.csv")
+    assert [(int(r["env_step"]), int(r["seed"])) for r in rows] == [
+        (step, seed) for step in range(500, 2501, 500) for seed in (0, 1)]
+    for seed in (0, 1):
+        lines = (run_dir / f"{seed}.txt").read_text().split("\n")[:-1]
+        from_csv = [f"{r['env_step']} {r['return']}" for r in rows if r["seed"] == str(seed)]
+        assert lines == from_csv
+    returns = np.array([float(r["return"]) for r in rows])
+    assert np.all(np.isfinite(returns)) and np.all(returns >= 0)
+
+
+def test_train_metrics_logged(finished_run):
+    run_dir, *_ = finished_run
+    rows = read_csv(run_dir / "train.csv")
+    steps = sorted({int(r["env_step"]) for r in rows})
+    assert steps == [500, 1000, 1500, 2000, 2500]
+    metrics = {r["metric"] for r in rows}
+    assert {"critic_loss", "actor_loss", "temperature", "entropy"} <= metrics
+    assert all(np.isfinite(float(r["value"])) for r in rows)
+
+
+def test_interventions_fire_exactly_at_schedule_for_every_seed(finished_run):
+    run_dir, intervention, _ = finished_run
+    rows = read_csv(run_dir / "interventions.csv")
+    events = sorted({(int(r["env_step"]), int(r["seed"]), r["kind"]) for r in rows})
+    assert events == [(s, seed, intervention) for s in (1000, 2000) for seed in (0, 1)]
+    by = {(r["env_step"], r["seed"], r["network"], r["layer"], r["metric"]): float(r["value"])
+          for r in rows}
+    layers = {(k[2], k[3]) for k in by}
+    assert ("critic", "net/MLP_0/Dense_1[0]") in layers and ("actor", "MLP_0/Dense_0") in layers
+    change = [v for k, v in by.items() if k[4] == "fro_change"]
+    assert max(change) > 0, "an intervention that changes no weight"
+    if intervention == "clip":
+        # c = 1.2 puts every singular value into [1/1.2, 1.2]: condition numbers <= 1.44.
+        assert all(v <= 1.44 * (1 + 1e-4) for k, v in by.items() if k[4] == "cond_after")
+        assert any(v > 1.44 for k, v in by.items() if k[4] == "cond_before")
+
+
+def test_diagnostics_long_format(finished_run):
+    run_dir, *_ = finished_run
+    rows = read_csv(run_dir / "diagnostics.csv")
+    assert set(rows[0]) == {"env_step", "seed", "network", "layer", "metric", "value"}
+    assert sorted({int(r["env_step"]) for r in rows}) == [500, 1000, 1500, 2000, 2500]
+    metrics = {r["metric"] for r in rows}
+    assert {"cond", "stable_rank", "sigma_max", "sigma_min", "fro", "srank", "dormant_tau0",
+            "dormant_tau0.025"} <= metrics
+    assert {r["network"] for r in rows} == {"actor", "critic", "target_critic"}
+    for r in rows:
+        value = float(r["value"])
+        assert np.isfinite(value)
+        if r["metric"].startswith("dormant"):
+            assert 0.0 <= value <= 1.0
+        if r["metric"] == "cond":
+            assert value >= 1.0
+
+
+def test_rerun_of_a_finished_run_does_nothing(finished_run):
+    run_dir, intervention, utd = finished_run
+    logdir = run_dir.parents[2]
+    before = (run_dir / "eval.csv").read_text()
+    proc = run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", "--num_seeds=2", f"--utd={utd}",
+               "--max_steps=2500", "--start_steps=500", "--eval_every=500", "--log_every=500",
+               f"--intervention={intervention}", "--intervention_every=1000", "--clip_c=1.2")
+    assert "already finished" in proc.stderr
+    assert (run_dir / "eval.csv").read_text() == before
+
+
+def test_help_lists_flags_with_defaults():
+    out = run("run_sac.py", "--help", check=False).stdout
+    for flag, default in [("utd", "1"), ("max_steps", "1000000"), ("start_steps", "10000"),
+                          ("intervention", "none"), ("clip_c", "4.0"),
+                          ("intervention_every", "200000"), ("num_seeds", "1")]:
+        assert f"--{flag}" in out
+        assert f"(default: '{default}')" in out.split(f"--{flag}")[1].split("--")[0]
