@@ -108,4 +108,4 @@ def test_help_lists_flags_with_defaults():
                           ("intervention", "none"), ("clip_c", "4.0"),
                           ("intervention_every", "200000"), ("num_seeds", "1")]:
         assert f"--{flag}" in out
-        assert f"(default: '{default}')" in out.split(f"--{flag}")[1].split("--")[0]
+        assert f"(default: '{default}')" in out.split(f"--{flag}:")[1].split("\n  --")[0]
