@@ -9,6 +9,7 @@ previous checkpoint intact; the last `keep` are kept.
 """
 
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -67,14 +68,13 @@ class Checkpointer:
         )
         self.manager.wait_until_finished()
 
-    def _restore(self, step: int, device_template, host_shapes: dict):
+    def _restore(self, step: int, device_template):
         meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         meta = meta["meta"]
         host_template = {
             name: jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
             for name, (shape, dtype) in meta["host_shapes"].items()
         }
-        del host_shapes
         out = self.manager.restore(
             step,
             args=ocp.args.Composite(
@@ -89,17 +89,21 @@ class Checkpointer:
     def restore_latest(self, device_template):
         """The newest checkpoint that restores cleanly, as `(device, host, meta)`, or None.
 
-        A checkpoint that fails to restore (corrupt or truncated files) is reported on stderr
-        and the one before it is tried.
+        A checkpoint that fails to restore (corrupt or truncated files) is reported on stderr,
+        moved aside to `corrupt_<step>` for inspection, and the one before it is tried.
         """
         steps = self.steps()
         for step in reversed(steps):
             try:
-                return self._restore(step, device_template, {})
+                return self._restore(step, device_template)
             except Exception as e:  # orbax/tensorstore raise many types for bad files
+                aside = os.path.join(self.directory, f"corrupt_{step}")
                 print(f"warning: checkpoint at env step {step} in {self.directory} cannot be "
-                      f"restored ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                      "trying the previous one", file=sys.stderr)
+                      f"restored ({type(e).__name__}: {str(e).splitlines()[0][:200]}); moved "
+                      f"to {aside}; trying the previous one", file=sys.stderr)
+                shutil.rmtree(aside, ignore_errors=True)
+                os.rename(os.path.join(self.directory, str(step)), aside)
+                self.manager.reload()
         if steps:
             raise CheckpointCorrupt(f"none of the checkpoints {steps} in {self.directory} "
                                     "could be restored")

@@ -78,8 +78,9 @@ def agent_config() -> bro.BROConfig:
 
 
 def adjust(cfg: TrainConfig) -> TrainConfig:
-    """Intervene at BRO's reset steps unless the user scheduled the interventions."""
-    if cfg.intervention_steps or flags.FLAGS["intervention_every"].present:
+    """Intervene at BRO's reset steps unless there is nothing to schedule or the user did."""
+    user_schedule = cfg.intervention_steps or flags.FLAGS["intervention_every"].present
+    if cfg.intervention == "none" or user_schedule:
         return cfg
     return dataclasses.replace(
         cfg, intervention_steps=tuple(bro_reset_steps(cfg.max_steps, cfg.utd))

@@ -204,25 +204,28 @@ class Trainer:
         )
         loop.metric_count += 1
         loop.actions = np.asarray(actions)
+        if not np.isfinite(loop.actions).all():
+            self.check_divergence(loop)
 
     def log_train(self, loop: Loop) -> None:
         if loop.metric_count == 0:
             return
-        sums = jax.device_get(loop.metric_sums)
-        means = {name: np.asarray(v) / loop.metric_count for name, v in sums.items()}
-        self.files.write_train(loop.env_step, means)
-        for name, values in sorted(means.items()):
-            bad = np.flatnonzero(~np.isfinite(values))
-            if bad.size:
-                seed = self.cfg.seeds[bad[0]]
-                raise Diverged(f"{name} is {values[bad[0]]} at env step {loop.env_step} for "
-                               f"seed {seed} (mean over the last {loop.metric_count} updates)")
-        self.assert_finite_params(loop)
+        self.files.write_train(loop.env_step, self.metric_means(loop))
+        self.check_divergence(loop)
         loop.metric_sums = jax.tree.map(jnp.zeros_like, loop.metric_sums)
         loop.metric_count = 0
 
-    def assert_finite_params(self, loop: Loop) -> None:
-        """Raise Diverged naming the first parameter with a NaN or inf, with its seed."""
+    def metric_means(self, loop: Loop) -> dict[str, np.ndarray]:
+        sums = jax.device_get(loop.metric_sums)
+        return {name: np.asarray(v) / max(loop.metric_count, 1) for name, v in sums.items()}
+
+    def check_divergence(self, loop: Loop) -> None:
+        """Raise Diverged naming the first loss or parameter with a NaN or inf, and its seed."""
+        for name, values in sorted(self.metric_means(loop).items()):
+            bad = np.flatnonzero(~np.isfinite(values))
+            if bad.size:
+                raise Diverged(f"{name} is {values[bad[0]]} at env step {loop.env_step} for "
+                               f"seed {self.cfg.seeds[bad[0]]}")
         finite = jax.device_get(self.check_finite(self.agent.weights(loop.states)))
         for path, ok in jax.tree_util.tree_flatten_with_path(finite)[0]:
             if not ok.all():
@@ -230,6 +233,10 @@ class Trainer:
                 name = jax.tree_util.keystr(path, simple=True, separator="/")
                 raise Diverged(f"parameter {name} has NaN or inf at env step {loop.env_step} "
                                f"for seed {seed}")
+        bad = np.flatnonzero(~np.isfinite(loop.actions).all(axis=1))
+        if bad.size:
+            raise Diverged(f"actions are not finite at env step {loop.env_step} for seed "
+                           f"{self.cfg.seeds[bad[0]]}")
 
     def log_eval(self, loop: Loop) -> np.ndarray:
         returns = evaluate(self.eval_act, loop.states, self.eval_env, self.cfg.eval_episodes)
@@ -243,7 +250,7 @@ class Trainer:
 
     def save(self, loop: Loop) -> None:
         """Checkpoint at an episode boundary (the envs were just reset from `loop.env_rng`)."""
-        self.assert_finite_params(loop)
+        self.check_divergence(loop)
         device = {"states": loop.states, "keys": loop.keys, "metric_sums": loop.metric_sums}
         host = {f"buffer/{k}": np.asarray(v) for k, v in self.buffer.state_dict().items()
                 if np.ndim(v) > 0}

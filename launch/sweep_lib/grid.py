@@ -51,6 +51,11 @@ class JobSpec:
     num_seeds: int
     train_flags: tuple[tuple[str, int], ...] = ()
     extra: tuple[str, ...] = ()
+    script_dir: str = DEFAULT_SCRIPT_DIR
+
+    @property
+    def script(self) -> str:
+        return os.path.join(self.script_dir, f"run_{self.agent}.py")
 
     @property
     def run_name(self) -> str:
@@ -64,13 +69,13 @@ class JobSpec:
     def run_dir(self, logdir: str) -> str:
         return os.path.join(logdir, self.agent, self.env, self.run_name)
 
-    def argv(self, logdir: str, script_dir: str = DEFAULT_SCRIPT_DIR) -> list[str]:
+    def argv(self, logdir: str) -> list[str]:
         """The command line of this job: the run script with --resume=auto, then extra flags."""
         flags = {"env": self.env, "utd": self.utd, "intervention": self.intervention,
                  "seed": self.seed, "num_seeds": self.num_seeds, **dict(self.train_flags),
                  "logdir": logdir, "run_name": self.run_name, "resume": "auto"}
-        script = os.path.join(os.path.abspath(script_dir), f"run_{self.agent}.py")
-        return [sys.executable, script, *(f"--{k}={v}" for k, v in flags.items()), *self.extra]
+        return [sys.executable, self.script, *(f"--{k}={v}" for k, v in flags.items()),
+                *self.extra]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -94,13 +99,14 @@ class Grid:
     seeds_per_job: int = 0
     train_flags: tuple[tuple[str, int], ...] = ()
     extra: tuple[str, ...] = ()
+    script_dir: str = DEFAULT_SCRIPT_DIR
 
     def jobs(self) -> list[JobSpec]:
         group = self.seeds_per_job or self.seeds
         starts = range(self.first_seed, self.first_seed + self.seeds, group)
         end = self.first_seed + self.seeds
         return [JobSpec(self.agent, env, intervention, utd, start, min(group, end - start),
-                        self.train_flags, self.extra)
+                        self.train_flags, self.extra, self.script_dir)
                 for env in self.envs for intervention in self.interventions
                 for utd in self.utds for start in starts]
 
@@ -151,8 +157,12 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
               preset: str | Iterable[str] | None = None,
               interventions: str | Iterable[str] = "none", utds: str | Iterable[Any] = "1",
               seeds: int = 1, first_seed: int = 0, seeds_per_job: int = 0,
-              extra: str | Iterable[str] = (), **train_flags: int | None) -> Grid:
-    """Validate the grid's settings (raising SweepError, one line) and build it."""
+              extra: str | Iterable[str] = (), script_dir: str = DEFAULT_SCRIPT_DIR,
+              **train_flags: int | None) -> Grid:
+    """Validate the grid's settings (raising SweepError, one line) and build it.
+
+    `script_dir` holds run_<agent>.py (the repo's launch/ by default).
+    """
     unknown = sorted(set(train_flags) - set(TRAIN_FLAGS))
     if unknown:
         raise SweepError(f"unknown grid setting(s) {', '.join(unknown)}; accepted: "
@@ -166,11 +176,15 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
         raise SweepError("no UTDs given; pass --utds=1,4,8 (integers >= 1)")
     flags = tuple((name, _int(name, value, 0 if name == "start_steps" else 1))
                   for name, value in train_flags.items() if value is not None)
+    script = os.path.join(os.path.abspath(script_dir), f"run_{agent}.py")
+    if not os.path.isfile(script):
+        raise SweepError(f"run script {script} not found; --script_dir must hold run_{agent}.py")
     return Grid(agent=agent, envs=resolve_envs(envs, preset), interventions=chosen,
                 utds=utd_values, seeds=_int("seeds", seeds, 1),
                 first_seed=_int("first_seed", first_seed, 0),
                 seeds_per_job=_int("seeds_per_job", seeds_per_job, 0), train_flags=flags,
-                extra=tuple(shlex.split(extra) if isinstance(extra, str) else extra))
+                extra=tuple(shlex.split(extra) if isinstance(extra, str) else extra),
+                script_dir=os.path.abspath(script_dir))
 
 
 def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:

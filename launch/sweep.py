@@ -1,0 +1,174 @@
+"""Run a grid of training runs through submitit: local by default, SLURM with --executor=slurm.
+
+    python launch/sweep.py --agent=sac --preset=resets10 --interventions=none,reset,clip \\
+        --utds=1,4,8 --seeds=10 --logdir=runs/sac -- --clip_c=4
+    python launch/sweep.py --logdir=runs/sac --status
+    python launch/sweep.py --logdir=runs/sac --retry_failed
+
+Launching again skips finished runs and resumes interrupted ones from their checkpoints.
+Flags after `--` (or in --extra) go to every run script. Exit codes: 0 every job done (or
+submitted, with --no_wait), 1 some job failed or was interrupted, 2 bad flags (one line).
+"""
+
+import os
+import shlex
+import sys
+
+from absl import app, flags, logging
+
+from envs import UnknownEnvError
+from launch.sweep_lib.grid import (
+    AGENTS,
+    DEFAULT_SCRIPT_DIR,
+    GRID_KEYS,
+    INTERVENTIONS,
+    PRESETS,
+    TRAIN_FLAGS,
+    JobSpec,
+    SweepError,
+    expand,
+    load_grid_file,
+    make_grid,
+)
+from launch.sweep_lib.state import SweepPaths, read_json
+from launch.sweep_lib.submit import (
+    EXECUTORS,
+    ExecutorOptions,
+    collect,
+    launch,
+    select,
+    status_line,
+    summary,
+    watch,
+)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("agent", "sac", list(AGENTS), "Agent: its run script is launch/run_<agent>.py.")
+flags.DEFINE_list("envs", [], "dm_control tasks as domain-task.")
+flags.DEFINE_list("preset", [], f"Task lists: {', '.join(PRESETS)}.")
+flags.DEFINE_list("interventions", ["none"], f"Any of {', '.join(INTERVENTIONS)}.")
+flags.DEFINE_list("utds", ["1"], "Update-to-data ratios (integers >= 1).")
+flags.DEFINE_integer("seeds", 1, "Seeds per (env, intervention, UTD).")
+flags.DEFINE_integer("first_seed", 0, "Seeds are first_seed .. first_seed + seeds - 1.")
+flags.DEFINE_integer("seeds_per_job", 0, "Seeds trained (vmapped) by one job; 0: all of them.")
+for _name in TRAIN_FLAGS:
+    flags.DEFINE_integer(_name, None, f"Passed to the run script as --{_name}; unset: its "
+                         "default.")
+flags.DEFINE_string("extra", "", "More flags for every run script, e.g. '--clip_c=2'.")
+flags.DEFINE_string("grid", None, "JSON grid file: an object, a list of objects or "
+                    f"{{\"grids\": [...]}} with keys {', '.join(GRID_KEYS)}; keys an object "
+                    "leaves out come from the flags.")
+flags.DEFINE_string("logdir", "runs", "Results tree: <logdir>/<agent>/<env>/<run_name>/; the "
+                    "sweep's records and logs go to <logdir>/.sweep/.")
+flags.DEFINE_string("script_dir", DEFAULT_SCRIPT_DIR, "Folder holding run_<agent>.py.")
+flags.DEFINE_enum("executor", "local", list(EXECUTORS), "Where jobs run.")
+flags.DEFINE_integer("max_parallel", 1, "Local executor: jobs running at once.")
+flags.DEFINE_boolean("no_wait", False, "Submit and exit instead of following the jobs.")
+flags.DEFINE_boolean("status", False, "Show each job's state and exit (no grid flags needed).")
+flags.DEFINE_boolean("retry_failed", False, "Launch failed jobs again too.")
+flags.DEFINE_float("poll_s", 2.0, "Seconds between checks while following the jobs.")
+flags.DEFINE_string("partition", "", "SLURM partition (empty: the cluster's default).")
+flags.DEFINE_integer("timeout_min", 24 * 60, "SLURM time limit of a job in minutes; a job "
+                     "that reaches it is requeued and resumes.")
+flags.DEFINE_integer("gpus_per_node", 0, "SLURM GPUs per job.")
+flags.DEFINE_integer("cpus_per_task", 0, "SLURM CPUs per job (0: the cluster's default).")
+flags.DEFINE_float("mem_gb", 0.0, "SLURM memory per job in GB (0: the cluster's default).")
+flags.DEFINE_integer("array_parallelism", 256, "SLURM: jobs of the array running at once.")
+flags.DEFINE_integer("max_requeues", 3, "SLURM: time-outs a job may requeue after.")
+flags.DEFINE_integer("signal_delay_s", 90, "SLURM: seconds before the time limit that a job is "
+                     "told to stop and requeue.")
+flags.DEFINE_string("job_name", "sweep", "Scheduler job name.")
+
+
+def _extra_flags(trailing: list[str]) -> list[str]:
+    for arg in trailing:
+        if not arg.startswith("-"):
+            raise SweepError(f"unexpected argument {arg!r}; flags for the run scripts go after "
+                             "`--` or in --extra, as --name=value")
+    return [*shlex.split(FLAGS.extra), *trailing]
+
+
+def grid_jobs(trailing: list[str]) -> list[JobSpec]:
+    """The jobs the flags (or --grid) describe."""
+    settings = {"agent": FLAGS.agent, "envs": FLAGS.envs, "preset": FLAGS.preset,
+                "interventions": FLAGS.interventions, "utds": FLAGS.utds,
+                "seeds": FLAGS.seeds, "first_seed": FLAGS.first_seed,
+                "seeds_per_job": FLAGS.seeds_per_job, "extra": _extra_flags(trailing),
+                "script_dir": FLAGS.script_dir,
+                **{name: FLAGS[name].value for name in TRAIN_FLAGS}}
+    if FLAGS.grid:
+        return expand(load_grid_file(FLAGS.grid, settings))
+    return expand([make_grid(**settings)])
+
+
+def recorded_jobs(paths: SweepPaths) -> list[JobSpec]:
+    """The jobs this logdir's sweeps have recorded."""
+    records = (read_json(paths.record(key)) for key in paths.recorded_keys())
+    return [JobSpec.from_dict(r["spec"]) for r in records if "spec" in r]
+
+
+def executor_options() -> ExecutorOptions:
+    return ExecutorOptions(
+        kind=FLAGS.executor, max_parallel=FLAGS.max_parallel, timeout_min=FLAGS.timeout_min,
+        partition=FLAGS.partition, gpus_per_node=FLAGS.gpus_per_node,
+        cpus_per_task=FLAGS.cpus_per_task, mem_gb=FLAGS.mem_gb,
+        array_parallelism=FLAGS.array_parallelism, max_requeues=FLAGS.max_requeues,
+        signal_delay_s=FLAGS.signal_delay_s, job_name=FLAGS.job_name)
+
+
+def run(trailing: list[str]) -> int:
+    """The sweep; returns the exit code. Bad settings raise SweepError."""
+    paths = SweepPaths(os.path.abspath(FLAGS.logdir))
+    given = FLAGS.grid or FLAGS.envs or FLAGS.preset
+    if not given and (FLAGS.status or FLAGS.retry_failed):
+        specs = recorded_jobs(paths)
+        if not specs:
+            raise SweepError(f"no sweep recorded in {paths.root}; give the grid (--envs, "
+                             "--preset or --grid)")
+    else:
+        specs = grid_jobs(trailing)
+    statuses = collect(paths, [s.key for s in specs])
+    if FLAGS.status:
+        for key, status in statuses.items():
+            print(status_line(key, status, paths))
+        print(summary(statuses))
+        return 0
+    options = executor_options()
+    todo = select(specs, statuses, FLAGS.retry_failed)
+    print(f"{len(specs)} jobs: {summary(statuses)}; launching {len(todo)} on {options.kind}")
+    if not FLAGS.retry_failed and any(s.state == "failed" for s in statuses.values()):
+        print("failed jobs are left alone; --retry_failed runs them again")
+    if todo:
+        launch_id = launch(todo, paths, options)
+        print(f"launch {launch_id}: records and logs in {paths.root}")
+        if FLAGS.no_wait:
+            print("not waiting; follow with --status")
+            return 0
+        statuses = {**statuses, **watch(paths, [s.key for s in todo], FLAGS.poll_s)}
+    print(summary(statuses))
+    return 0 if all(s.state == "done" for s in statuses.values()) else 1
+
+
+def main(argv: list[str]) -> None:
+    logging.set_verbosity(logging.WARNING)
+    try:
+        sys.exit(run(argv[1:]))
+    except (SweepError, UnknownEnvError) as e:
+        print(f"sweep: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("\nstopped following; the jobs go on (see --status)", file=sys.stderr)
+        sys.exit(130)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's parser, but a bad flag is one line on stderr and exit code 2."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        print(f"sweep: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)

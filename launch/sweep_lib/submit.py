@@ -1,0 +1,206 @@
+"""Launching a sweep through submitit and following it through the job records.
+
+Local executor: min(--max_parallel, jobs) `LocalWorker`s share the launch's job list and
+claim jobs one at a time, so at most --max_parallel scripts run and the launch goes on when
+the sweep process exits. SLURM: one array job, one task per sweep job, at most
+--array_parallelism at once; preempted or timed-out tasks requeue themselves.
+"""
+
+import contextlib
+import dataclasses
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import submitit
+
+from launch.sweep_lib.grid import JobSpec, SweepError
+from launch.sweep_lib.job import LocalWorker, RunJob
+from launch.sweep_lib.state import (
+    FINAL_STATES,
+    Status,
+    SweepPaths,
+    describe,
+    process_start,
+    read_json,
+    slurm_queue,
+    this_process,
+    update_record,
+    write_json,
+)
+
+EXECUTORS = ("local", "slurm")
+# Local workers run until their queue is empty: no time limit of their own (a year).
+LOCAL_TIMEOUT_MIN = 365 * 24 * 60
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutorOptions:
+    """How jobs run: the executor and, for SLURM, the resources of each job (0 = unset)."""
+
+    kind: str = "local"
+    max_parallel: int = 1
+    timeout_min: int = 24 * 60
+    partition: str = ""
+    gpus_per_node: int = 0
+    cpus_per_task: int = 0
+    mem_gb: float = 0.0
+    array_parallelism: int = 256
+    max_requeues: int = 3
+    signal_delay_s: int = 90
+    job_name: str = "sweep"
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise SweepError(f"unknown executor {self.kind!r}; accepted: {', '.join(EXECUTORS)}")
+        for name in ("max_parallel", "timeout_min", "array_parallelism"):
+            if getattr(self, name) < 1:
+                raise SweepError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("gpus_per_node", "cpus_per_task", "mem_gb", "max_requeues",
+                     "signal_delay_s"):
+            if getattr(self, name) < 0:
+                raise SweepError(f"--{name} must be >= 0, got {getattr(self, name)}")
+
+
+def make_executor(options: ExecutorOptions, folder: str) -> submitit.AutoExecutor:
+    """A submitit executor for `options`; SweepError when SLURM is asked for but absent."""
+    if options.kind == "local":
+        executor = submitit.AutoExecutor(folder, cluster="local")
+        executor.update_parameters(timeout_min=LOCAL_TIMEOUT_MIN, name=options.job_name)
+        return executor
+    try:
+        executor = submitit.AutoExecutor(folder, cluster="slurm",
+                                         slurm_max_num_timeout=options.max_requeues)
+    except RuntimeError:
+        raise SweepError("--executor=slurm needs SLURM's commands (srun, sbatch) on PATH; "
+                         "use --executor=local on a machine without SLURM") from None
+    resources = {"gpus_per_node": options.gpus_per_node, "cpus_per_task": options.cpus_per_task,
+                 "mem_gb": options.mem_gb, "slurm_partition": options.partition}
+    executor.update_parameters(
+        name=options.job_name, timeout_min=options.timeout_min,
+        slurm_array_parallelism=options.array_parallelism,
+        slurm_signal_delay_s=options.signal_delay_s,
+        **{name: value for name, value in resources.items() if value})
+    return executor
+
+
+def job_env(options: ExecutorOptions) -> dict[str, str | None]:
+    """Environment for the run scripts. Local jobs see the devices the sweep sees (submitit
+    would hide GPUs), and share them without JAX preallocating most of a GPU each."""
+    if options.kind != "local":
+        return {}
+    env = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if options.max_parallel > 1:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE",
+                                                              "false")
+    return env
+
+
+@contextlib.contextmanager
+def _stdio_to(path: str) -> Iterator[None]:
+    """Point this process's stdout/stderr at `path` while local workers start, so workers that
+    outlive the sweep do not hold its terminal or pipe open."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions) -> str:
+    """Record the jobs as queued and submit them; returns the launch id."""
+    launch_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    launch_path = paths.launch(launch_id)
+    write_json(launch_path, {"executor": options.kind, "keys": [s.key for s in specs],
+                             "submitter": this_process(), "submitted": False})
+    jobs = []
+    for spec in specs:
+        argv = spec.argv(paths.logdir)
+        update_record(paths.record(spec.key), key=spec.key, spec=spec.to_dict(), argv=argv,
+                      state="queued", detail=f"launch {launch_id} ({options.kind})",
+                      launch=launch_id, executor=options.kind)
+        jobs.append(RunJob(spec.key, argv, spec.run_dir(paths.logdir), paths.record(spec.key),
+                           paths.log(spec.key, "out"), paths.log(spec.key, "err"),
+                           job_env(options)))
+    executor = make_executor(options, paths.submitit)
+    try:
+        if options.kind == "local":
+            with _stdio_to(os.path.join(paths.root, "local_workers.log")):
+                workers = [executor.submit(LocalWorker(jobs, paths.claims(launch_id)))
+                           for _ in range(min(options.max_parallel, len(jobs)))]
+            pids = [int(w.job_id) for w in workers]
+            details = {"workers": [{**this_process(), "pid": p, "pid_start": process_start(p)}
+                                   for p in pids]}
+        else:
+            with executor.batch():
+                submitted = [executor.submit(job) for job in jobs]
+            details = {"scheduler_ids": {j.key: s.job_id for j, s in zip(jobs, submitted,
+                                                                          strict=True)}}
+    except Exception as e:
+        for job in jobs:
+            update_record(job.record, state="failed", detail=f"submission failed: {e}")
+        raise
+    write_json(launch_path, {**read_json(launch_path), **details, "submitted": True})
+    return launch_id
+
+
+def collect(paths: SweepPaths, keys: Sequence[str]) -> dict[str, Status]:
+    """The status of each job, read from its record, its run directory and its launch."""
+    records = {key: read_json(paths.record(key)) for key in keys}
+    launches: dict[str, Mapping] = {}
+    for record in records.values():
+        if "launch" in record and record["launch"] not in launches:
+            launches[record["launch"]] = read_json(paths.launch(record["launch"]))
+    queued_on_slurm = any(r.get("state") == "queued" and r.get("executor") == "slurm"
+                          for r in records.values())
+    queue = slurm_queue() if queued_on_slurm else None
+    return {key: describe(record, os.path.exists(os.path.join(paths.logdir, key, "done.json")),
+                          launches.get(record.get("launch", ""), {}), queue)
+            for key, record in records.items()}
+
+
+def status_line(key: str, status: Status, paths: SweepPaths) -> str:
+    """One line: state, job, and what is known (the error's last line for a failed job)."""
+    line = f"{status.state:<11} {key}"
+    if status.detail:
+        line += f"  {status.detail}"
+    if status.state in ("failed", "interrupted"):
+        line += f"  [log: {paths.log(key, 'err')}]"
+    return line
+
+
+def summary(statuses: Mapping[str, Status]) -> str:
+    counts: dict[str, int] = {}
+    for status in statuses.values():
+        counts[status.state] = counts.get(status.state, 0) + 1
+    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+
+
+def watch(paths: SweepPaths, keys: Sequence[str], poll_s: float = 2.0,
+          emit: Callable[[str], None] = print) -> dict[str, Status]:
+    """Follow the jobs until each is done, failed or interrupted; a line per state change."""
+    seen: dict[str, tuple[str, str]] = {}
+    while True:
+        statuses = collect(paths, keys)
+        for key, status in statuses.items():
+            if seen.get(key) != (status.state, status.detail):
+                seen[key] = (status.state, status.detail)
+                emit(f"{time.strftime('%H:%M:%S')} {status_line(key, status, paths)}")
+        if all(s.state in FINAL_STATES for s in statuses.values()):
+            return statuses
+        time.sleep(poll_s)
+
+
+def select(specs: Sequence[JobSpec], statuses: Mapping[str, Status], retry_failed: bool,
+           ) -> list[JobSpec]:
+    """The jobs to (re)launch: never started or interrupted, and failed ones if asked."""
+    rerun = {"pending", "interrupted", *(("failed",) if retry_failed else ())}
+    return [spec for spec in specs if statuses[spec.key].state in rerun]

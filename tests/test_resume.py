@@ -1,0 +1,115 @@
+"""Checkpoints and resume: SIGKILL at a random moment or while saving, then the same command
+again, must write eval.csv returns identical bit for bit to an uninterrupted run."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.runs import FAST_SAC, REPO, read_csv, run, script
+
+# 2 seeds, UTD 2, 125-step episodes (action repeat 8), a checkpoint at every episode end, and
+# the intervention at step 700, after any resume point the kills below can produce.
+ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=1000",
+        "--start_steps=100", "--eval_every=125", "--log_every=125", "--checkpoint_every=125",
+        "--intervention_steps=700", "--clip_c=1.2"]
+
+
+def run_dir(logdir, intervention):
+    return logdir / "sac" / "cartpole-swingup" / f"{intervention}-utd2-seed0"
+
+
+def returns(path):
+    return [(r["env_step"], r["seed"], r["return"]) for r in read_csv(path / "eval.csv")]
+
+
+@pytest.fixture(scope="module", params=["reset", "clip"])
+def uninterrupted(request, tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("full")
+    run("run_sac.py", *ARGS, f"--intervention={request.param}", f"--logdir={logdir}")
+    return request.param, returns(run_dir(logdir, request.param))
+
+
+def wait_for_checkpoint(directory, proc, timeout=120):
+    start = time.time()
+    while time.time() - start < timeout:
+        if os.path.isdir(directory) and any(n.isdigit() for n in os.listdir(directory)):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended before its first checkpoint: {proc.stderr.read()}")
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")
+
+
+def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tmp_path):
+    intervention, expected = uninterrupted
+    args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
+    env = {**os.environ, "MUJOCO_GL": "egl", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_checkpoint(run_dir(tmp_path, intervention) / "checkpoints", proc)
+    delay = random.Random().uniform(0.0, 1.5)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = len(read_csv(run_dir(tmp_path, intervention) / "eval.csv"))
+    resumed = run("run_sac.py", *args)
+    got = returns(run_dir(tmp_path, intervention))
+    assert got == expected, f"killed {delay:.2f}s after the first checkpoint ({killed_at} rows)"
+    if killed_at < len(expected):
+        assert "resumed from the checkpoint" in resumed.stderr
+
+
+def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(uninterrupted, tmp_path):
+    intervention, expected = uninterrupted
+    args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
+    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "3",
+                             script("run_sac.py"), *args], cwd=REPO, capture_output=True,
+                            env={**os.environ, "MUJOCO_GL": "egl"}, text=True)
+    assert killed.returncode == -signal.SIGKILL
+    checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
+    assert sorted(os.listdir(checkpoints)) == ["125", "250", "375.orbax-checkpoint-tmp"]
+    resumed = run("run_sac.py", *args)
+    assert "resumed from the checkpoint at env step 250" in resumed.stderr
+    assert returns(run_dir(tmp_path, intervention)) == expected
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_previous(uninterrupted, tmp_path):
+    intervention, expected = uninterrupted
+    if intervention != "reset":
+        pytest.skip("one intervention is enough for this case")
+    args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
+    run("run_sac.py", *args, "--max_steps=500")
+    directory = run_dir(tmp_path, intervention)
+    # The 500-step run is another config; make it the same run stopped at 500 steps.
+    (directory / "done.json").unlink()
+    config = (directory / "config.json").read_text()
+    (directory / "config.json").write_text(config.replace('"max_steps": 500', '"max_steps": 1000'))
+    latest = directory / "checkpoints" / "500"
+    for root, _, files in os.walk(latest / "device"):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "r+b") as f:
+                f.truncate(os.path.getsize(path) // 2)
+    resumed = run("run_sac.py", *args)
+    assert "checkpoint at env step 500" in resumed.stderr and "cannot be restored" in resumed.stderr
+    assert "resumed from the checkpoint at env step 375" in resumed.stderr
+    assert returns(directory) == expected
+
+
+def test_divergence_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path):
+    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}",
+            "--critic_lr=1e30", "--actor_lr=1e30", "--start_steps=300"]
+    proc = run("run_sac.py", *args, check=False)
+    assert proc.returncode == 1
+    message = proc.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: training diverged:")
+    assert "env step" in message and "seed" in message
+    assert "nan" in message.lower() or "inf" in message.lower()
+    checkpoints = run_dir(tmp_path, "none") / "checkpoints"
+    kept = [n for n in os.listdir(checkpoints) if n.isdigit()]
+    assert sorted(kept) == ["125", "250"], "the checkpoints before the divergence are kept"
