@@ -35,6 +35,7 @@ def versions() -> dict[str, str]:
 def config_record(train_config, agent_config) -> dict:
     """The JSON-able record of a run's settings, as written to config.json."""
     record = dataclasses.asdict(train_config)
+    record["run_name"] = train_config.name
     record["agent_config"] = dataclasses.asdict(agent_config)
     record["versions"] = versions()
     return record

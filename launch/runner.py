@@ -8,6 +8,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from absl import flags, logging
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from agents import make_agent  # noqa: E402
@@ -17,6 +19,14 @@ from launch.run_files import config_record  # noqa: E402
 from launch.train import Diverged, Trainer, resume_state  # noqa: E402
 
 __all__ = ["ConfigError", "main"]
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, but a bad flag is one line on stderr and exit code 2."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        _fail(f"{e}; see --help", 2)
 
 
 def _fail(message: str, code: int) -> None:
@@ -32,6 +42,7 @@ def main(
 ) -> None:
     """Validate the flags, build the agent and train. `adjust` fills agent-specific defaults
     that depend on other settings (e.g. BRO's reset steps depend on max_steps and utd)."""
+    logging.set_verbosity(logging.WARNING)  # keep library chatter off the terminal
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]}; every setting is a --flag (see --help)", 2)
     try:

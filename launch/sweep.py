@@ -78,6 +78,8 @@ flags.DEFINE_integer("max_requeues", 3, "SLURM: time-outs a job may requeue afte
 flags.DEFINE_integer("signal_delay_s", 90, "SLURM: seconds before the time limit that a job is "
                      "told to stop and requeue.")
 flags.DEFINE_string("job_name", "sweep", "Scheduler job name.")
+flags.DEFINE_string("compilation_cache", "", "Folder for JAX's persistent compilation cache, "
+                    "shared by the jobs (they compile the same programs); empty: off.")
 
 
 def _extra_flags(trailing: list[str]) -> list[str]:
@@ -113,7 +115,8 @@ def executor_options() -> ExecutorOptions:
         partition=FLAGS.partition, gpus_per_node=FLAGS.gpus_per_node,
         cpus_per_task=FLAGS.cpus_per_task, mem_gb=FLAGS.mem_gb,
         array_parallelism=FLAGS.array_parallelism, max_requeues=FLAGS.max_requeues,
-        signal_delay_s=FLAGS.signal_delay_s, job_name=FLAGS.job_name)
+        signal_delay_s=FLAGS.signal_delay_s, job_name=FLAGS.job_name,
+        compilation_cache=FLAGS.compilation_cache)
 
 
 def run(trailing: list[str]) -> int:

@@ -50,6 +50,7 @@ class ExecutorOptions:
     max_requeues: int = 3
     signal_delay_s: int = 90
     job_name: str = "sweep"
+    compilation_cache: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTORS:
@@ -86,11 +87,15 @@ def make_executor(options: ExecutorOptions, folder: str) -> submitit.AutoExecuto
 
 
 def job_env(options: ExecutorOptions) -> dict[str, str | None]:
-    """Environment for the run scripts. Local jobs see the devices the sweep sees (submitit
-    would hide GPUs), and share them without JAX preallocating most of a GPU each."""
+    """Environment for the run scripts: JAX's persistent compilation cache if asked for (jobs
+    of one agent compile the same programs). Local jobs see the devices the sweep sees
+    (submitit would hide GPUs) and share them without JAX preallocating most of a GPU each."""
+    env: dict[str, str | None] = {}
+    if options.compilation_cache:
+        env["JAX_COMPILATION_CACHE_DIR"] = os.path.abspath(options.compilation_cache)
     if options.kind != "local":
-        return {}
-    env = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        return env
+    env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     if options.max_parallel > 1:
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE",
                                                               "false")

@@ -1,0 +1,74 @@
+"""Every bad setting is one clear line on stderr and exit code 2, before anything is built."""
+
+import dataclasses
+import json
+
+import pytest
+
+from agents.sac import SACConfig
+from launch.config import TrainConfig
+from launch.run_files import config_record
+from tests.runs import FAST_SAC, run
+
+CASES = {
+    "unknown env": (["--env=humanoid-stnd"], "did you mean 'humanoid-stand'?"),
+    "utd below 1": (["--utd=0"], "--utd must be positive"),
+    "c below 1": (["--clip_c=0.5", "--intervention=clip"], "--clip_c must be >= 1"),
+    "non-positive max_steps": (["--max_steps=0"], "--max_steps must be positive"),
+    "non-positive eval interval": (["--eval_every=0"], "--eval_every must be positive"),
+    "non-positive intervention interval": (["--intervention=reset", "--intervention_every=-5"],
+                                           "--intervention_every must be positive"),
+    "intervention list not increasing": (["--intervention=clip",
+                                          "--intervention_steps=2000,1000"],
+                                         "strictly increasing"),
+    "intervention list not integers": (["--intervention=clip", "--intervention_steps=1e3"],
+                                       "list of integers"),
+    "start_steps past max_steps": (["--start_steps=5000", "--max_steps=1000"],
+                                   "--start_steps=5000 leaves no training"),
+    "steps without an intervention": (["--intervention_steps=100,200"], "contradicts"),
+    "unknown intervention": (["--intervention=clp"], "one of <none|reset|clip>"),
+    "not a number": (["--utd=eight"], "flag --utd=eight"),
+    "stray argument": (["humanoid-stand"], "unexpected arguments"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_flag_is_one_line_and_exit_2(case, tmp_path):
+    args, expected = CASES[case]
+    logdir = tmp_path / "runs"
+    proc = run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", *args, check=False, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert expected in lines[0]
+    assert not logdir.exists(), "nothing is written for a rejected command"
+
+
+def test_unwritable_logdir(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    proc = run("run_sac.py", *FAST_SAC, f"--logdir={blocker}/runs", check=False, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write to the run directory" in lines[0]
+
+
+def test_logdir_holding_a_run_with_another_config(tmp_path):
+    run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
+    run_dir.mkdir(parents=True)
+    other = TrainConfig(agent="sac", env="cartpole-swingup", eval_episodes=1, progress=False,
+                        logdir=str(tmp_path), run_name="none-utd1-seed0", utd=4)
+    agent = dataclasses.replace(SACConfig(), hidden_dims=(32, 32))
+    (run_dir / "config.json").write_text(json.dumps(config_record(other, agent)))
+    proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", check=False, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "holds a run with different settings" in lines[0]
+    assert "(utd: 4 there, 1 now)" in lines[0]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
+
+
+def test_resume_never_refuses_an_existing_run_and_must_needs_a_checkpoint(tmp_path):
+    proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--resume=must", check=False,
+               timeout=60)
+    assert proc.returncode == 2 and "--resume=must but there is no checkpoint" in proc.stderr
