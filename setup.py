@@ -18,7 +18,9 @@ RUNTIME = [
     "tqdm==4.70.1",
     "submitit==1.5.4",
 ]
-TEST = ["pytest==9.0.3", "hypothesis==6.155.2", "rliable==1.2.0", "ruff==0.17.6"]
+# rliable is a test-time cross-check only; its arch 7.2 dependency breaks on import with
+# pandas 3, hence the pandas pin.
+TEST = ["pytest==9.0.3", "hypothesis==6.155.2", "rliable==1.2.0", "pandas==2.3.3", "ruff==0.17.6"]
 
 setup(
     name="singularclip-rl",

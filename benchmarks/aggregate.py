@@ -6,12 +6,10 @@ same problem, same process; also the peak memory of ours (tracemalloc).
 
 from __future__ import annotations
 
-import inspect
 import time
 import tracemalloc
 
 import numpy as np
-import pandas.util._decorators as pandas_decorators
 from absl import app, flags
 
 from analysis import metrics
@@ -24,19 +22,6 @@ flags.DEFINE_integer("runs", 10, "Runs per task.")
 flags.DEFINE_integer("reps", 50_000, "Bootstrap repetitions, for both implementations.")
 flags.DEFINE_float("chunk_mb", 256.0, "Our chunk budget in MB.")
 flags.DEFINE_integer("seed", 0, "Seed of the random score matrices and of both bootstraps.")
-
-
-def import_rliable_library():
-    """rliable.library imports arch 7.2, which calls pandas' deprecate_kwarg(old, new); pandas 3
-    added a leading warning-class argument, so supply it while arch is imported."""
-    original = pandas_decorators.deprecate_kwarg
-    if next(iter(inspect.signature(original).parameters)) == "klass":
-        pandas_decorators.deprecate_kwarg = lambda *a, **k: original(FutureWarning, *a, **k)
-    try:
-        from rliable import library
-    finally:
-        pandas_decorators.deprecate_kwarg = original
-    return library
 
 
 def ours(scores: dict[str, np.ndarray]) -> tuple[dict, float, int]:
@@ -55,7 +40,7 @@ def ours(scores: dict[str, np.ndarray]) -> tuple[dict, float, int]:
 
 def theirs(scores: dict[str, np.ndarray]) -> tuple[dict, float]:
     """rliable's intervals per algorithm and seconds."""
-    library = import_rliable_library()
+    from rliable import library
     from rliable import metrics as rliable_metrics
 
     np.random.seed(FLAGS.seed)

@@ -2,12 +2,11 @@
 score matrices and on the published reference data (point estimates identical, interval
 endpoints within Monte-Carlo tolerance)."""
 
-import inspect
 from pathlib import Path
 
 import numpy as np
-import pandas.util._decorators as pandas_decorators
 import pytest
+from rliable import library as rly
 from rliable import metrics as rm
 
 from analysis import metrics
@@ -16,21 +15,6 @@ from analysis.layouts import load_runs
 from analysis.selection import final_scores
 from analysis.summary import aggregate_statistics
 
-
-def import_rliable_library():
-    """rliable.library imports arch 7.2, which calls pandas' deprecate_kwarg(old, new); pandas 3
-    added a leading warning-class argument, so supply it while arch is imported."""
-    original = pandas_decorators.deprecate_kwarg
-    if next(iter(inspect.signature(original).parameters)) == "klass":
-        pandas_decorators.deprecate_kwarg = lambda *a, **k: original(FutureWarning, *a, **k)
-    try:
-        from rliable import library
-    finally:
-        pandas_decorators.deprecate_kwarg = original
-    return library
-
-
-rly = import_rliable_library()
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 SAC_UTD1 = (REFERENCE / "rl_with_resets_sac"
             / "max_steps_2000000_resets_False_config.updates_per_step_1")
