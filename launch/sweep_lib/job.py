@@ -29,6 +29,7 @@ TERMINATE_WAIT_S = 30.0
 POLL_S = 0.5
 LAST_LINE_CHARS = 300
 PR_SET_PDEATHSIG = 1
+REQUEUED = "requeued after preemption or time-out"
 
 
 def _requeue_signal() -> signal.Signals:
@@ -188,7 +189,7 @@ class RunJob(submitit.helpers.Checkpointable):
 
     def checkpoint(self) -> DelayedSubmission:
         """submitit calls this on preemption / time-out: stop, then requeue this same job."""
-        self.stop("requeued after preemption or time-out")
+        self.stop(REQUEUED)
         return super().checkpoint()
 
 
@@ -223,5 +224,5 @@ class LocalWorker(submitit.helpers.Checkpointable):
     def checkpoint(self) -> DelayedSubmission:
         """Stop the current job and requeue this worker; it resumes that job first."""
         if self.current is not None:
-            self.jobs[self.current].stop("requeued after the local worker's time-out")
+            self.jobs[self.current].stop(REQUEUED)
         return super().checkpoint()

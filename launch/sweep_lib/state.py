@@ -9,8 +9,8 @@
 A record is rewritten atomically under a lock by whoever changes it: the sweep writes
 "queued" before it submits, the job wrapper writes "running" and its outcome. `describe`
 turns a record into what is true now: a finished run (done.json) is done whatever the record
-says, and a "running" or "queued" record whose process, worker or SLURM job is gone is
-"interrupted".
+says (once a job on this host has recorded its end), and a "running" or "queued" record whose
+process, worker or SLURM job is gone is "interrupted".
 """
 
 import contextlib
@@ -131,16 +131,19 @@ def process_alive(proc: Mapping[str, Any]) -> bool | None:
     return start is not None and start == proc.get("pid_start")
 
 
-def slurm_queue() -> set[str] | None:
-    """Ids of this user's SLURM jobs (array tasks one by one), or None if squeue cannot tell."""
+def slurm_queue() -> dict[str, str] | None:
+    """This user's SLURM jobs (array tasks one by one) and their states, e.g. {"12_0":
+    "PENDING"}, or None if squeue cannot tell."""
     if shutil.which("squeue") is None:
         return None
     try:
-        out = subprocess.run(["squeue", "--me", "--noheader", "--array", "--format=%i"],
+        out = subprocess.run(["squeue", "--me", "--noheader", "--array", "--format=%i %T"],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return set(out.stdout.split()) if out.returncode == 0 else None
+    if out.returncode != 0:
+        return None
+    return dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,18 +156,23 @@ class Status:
 
 
 def describe(record: Mapping[str, Any], done: bool, launch: Mapping[str, Any],
-             queue: set[str] | None) -> Status:
-    """The job's state now from its record, whether done.json exists, its launch and squeue."""
+             queue: Mapping[str, str] | None) -> Status:
+    """The job's state now from its record, whether done.json exists, its launch and the
+    SLURM queue (`slurm_queue()`)."""
     state = record.get("state", "pending")
     detail = record.get("detail", "")
-    if done:
+    alive = process_alive(record) if state == "running" else None
+    if done and not alive:  # a job on this host is done once it has written its record
         return Status("done", detail if state == "done" else "", record)
     if state == "running":
-        alive = process_alive(record)
         stale = time.time() - record.get("heartbeat", 0.0) > STALE_AFTER_S
         if alive is False or alive is None and stale:
-            return Status("interrupted", f"job process {record.get('pid')} on "
-                          f"{record.get('host')} is gone (killed?)", record)
+            state, detail = "interrupted", (f"job process {record.get('pid')} on "
+                                            f"{record.get('host')} is gone (killed?)")
+    job_id = record.get("scheduler_id")
+    if state == "interrupted" and record.get("executor") == "slurm" and job_id in (queue or {}):
+        # SLURM requeues preempted jobs itself: not over while the job is in the queue.
+        return Status("queued", f"SLURM job {job_id} is {queue[job_id]} after: {detail}", record)
     if state == "queued":
         gone = _queued_job_gone(record.get("key", ""), launch, queue)
         if gone:
@@ -172,7 +180,8 @@ def describe(record: Mapping[str, Any], done: bool, launch: Mapping[str, Any],
     return Status(state, detail, record)
 
 
-def _queued_job_gone(key: str, launch: Mapping[str, Any], queue: set[str] | None) -> str:
+def _queued_job_gone(key: str, launch: Mapping[str, Any], queue: Mapping[str, str] | None,
+                     ) -> str:
     """Why a queued job will never start (its workers or SLURM job are gone), or ''."""
     if not launch.get("submitted"):
         submitter = launch.get("submitter", {})

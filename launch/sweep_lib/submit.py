@@ -164,9 +164,10 @@ def collect(paths: SweepPaths, keys: Sequence[str]) -> dict[str, Status]:
     for record in records.values():
         if "launch" in record and record["launch"] not in launches:
             launches[record["launch"]] = read_json(paths.launch(record["launch"]))
-    queued_on_slurm = any(r.get("state") == "queued" and r.get("executor") == "slurm"
-                          for r in records.values())
-    queue = slurm_queue() if queued_on_slurm else None
+    on_slurm = any(r.get("executor") == "slurm" and r.get("state") in ("queued", "running",
+                                                                         "interrupted")
+                   for r in records.values())
+    queue = slurm_queue() if on_slurm else None
     return {key: describe(record, os.path.exists(os.path.join(paths.logdir, key, "done.json")),
                           launches.get(record.get("launch", ""), {}), queue)
             for key, record in records.items()}

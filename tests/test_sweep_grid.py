@@ -1,0 +1,153 @@
+"""Sweep grids: expansion into jobs, the run-script command line, presets, grid files, and
+the one-line exit-2 errors of launch/sweep.py."""
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch.sweep_lib.grid import (
+    PRESETS,
+    JobSpec,
+    SweepError,
+    expand,
+    load_grid_file,
+    make_grid,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT.parent / "shared" / "reference"
+
+
+def test_jobs_are_the_product_with_seeds_split_into_groups():
+    grid = make_grid("sac", envs="cheetah-run,walker-run", interventions="none,reset,clip",
+                     utds="1,8", seeds=5, first_seed=3, seeds_per_job=2)
+    got = [(j.env, j.intervention, j.utd, j.seed, j.num_seeds) for j in grid.jobs()]
+    seed_groups = [(3, 2), (5, 2), (7, 1)]
+    expected = [(e, i, u, s, n) for e, i, u, (s, n) in itertools.product(
+        ("cheetah-run", "walker-run"), ("none", "reset", "clip"), (1, 8), seed_groups)]
+    assert got == expected
+    for env, intervention, utd in itertools.product(grid.envs, grid.interventions, grid.utds):
+        seeds = [s for j in grid.jobs() if (j.env, j.intervention, j.utd) == (env, intervention,
+                                                                              utd)
+                 for s in range(j.seed, j.seed + j.num_seeds)]
+        assert seeds == list(range(3, 8))
+    assert len({j.key for j in grid.jobs()}) == len(expected)
+
+
+def test_all_seeds_in_one_job_by_default():
+    (job,) = make_grid("bro", envs="hopper-hop", seeds=10).jobs()
+    assert (job.seed, job.num_seeds, job.run_name) == (0, 10, "none-utd1-seed0")
+
+
+def test_command_line_follows_the_run_script_contract(tmp_path):
+    grid = make_grid("bro", envs="dog-run", interventions="clip", utds="4", seeds=3,
+                     max_steps=5000, start_steps=0, eval_every=None, extra="--clip_c=2 --x")
+    (job,) = grid.jobs()
+    argv = job.argv(str(tmp_path))
+    assert argv[0] == sys.executable
+    assert argv[1] == os.path.join(ROOT, "launch", "run_bro.py")
+    parser = argparse.ArgumentParser()
+    for name in ("env", "utd", "intervention", "seed", "num_seeds", "max_steps", "start_steps",
+                 "eval_every", "logdir", "run_name", "resume"):
+        parser.add_argument(f"--{name}")
+    flags, rest = parser.parse_known_args(argv[2:])
+    assert vars(flags) == {"env": "dog-run", "utd": "4", "intervention": "clip", "seed": "0",
+                           "num_seeds": "3", "max_steps": "5000", "start_steps": "0",
+                           "eval_every": None, "logdir": str(tmp_path),
+                           "run_name": "clip-utd4-seed0", "resume": "auto"}
+    assert rest == ["--clip_c=2", "--x"] and argv[-2:] == rest
+    assert job.run_dir(str(tmp_path)) == str(tmp_path / "bro" / "dog-run" / "clip-utd4-seed0")
+    assert JobSpec.from_dict(json.loads(json.dumps(job.to_dict()))) == job
+
+
+def _reference_names(folder: Path, suffix: str = "") -> list[str]:
+    if not folder.is_dir():
+        pytest.skip(f"reference data not found at {folder}")
+    return sorted(p.name[: len(p.name) - len(suffix)] for p in folder.iterdir())
+
+
+def test_presets_are_the_task_lists_of_the_published_data():
+    bro = _reference_names(REFERENCE / "bro_dmc", ".npy")
+    assert sorted(PRESETS["bro15"]) == sorted(
+        "finger-turn_hard" if n == "finger-turn" else n for n in bro)
+    resets = REFERENCE / "rl_with_resets_sac"
+    for config in resets.iterdir():
+        assert sorted(PRESETS["resets10"]) == _reference_names(config)
+    grid = make_grid("sac", preset="resets10,bro15", envs="cartpole-swingup,cheetah-run")
+    assert len(grid.envs) == len(set(PRESETS["resets10"]) | set(PRESETS["bro15"])) + 1
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"agent": "ppo", "envs": "cheetah-run"}, "unknown agent 'ppo'; accepted: sac, bro"),
+    ({"envs": "cheetah-run", "interventions": "none,shrink"},
+     "unknown intervention 'shrink'; accepted: none, reset, clip"),
+    ({"envs": "cheetah-run", "utds": "1,0"}, "utd must be an integer >= 1, got '0'"),
+    ({"envs": "cheetah-run", "utds": "two"}, "utd must be an integer, got 'two'"),
+    ({"envs": " , "}, "no envs given"),
+    ({"preset": "bro16"}, "unknown preset 'bro16'; accepted: bro15, resets10"),
+    ({"envs": "cheetah-rnu"}, "unknown env 'cheetah-rnu'; did you mean 'cheetah-run'?"),
+    ({"envs": "cheetah-run", "seeds": 0}, "seeds must be an integer >= 1, got 0"),
+    ({"envs": "cheetah-run", "max_steps": 0}, "max_steps must be an integer >= 1, got 0"),
+    ({"envs": "cheetah-run", "script_dir": "/nonexistent"}, "run script /nonexistent/run_sac.py"),
+])
+def test_bad_settings_raise_one_line(settings, message):
+    with pytest.raises(ValueError) as error:
+        make_grid(**{"agent": "sac", **settings})
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_grid_file_entries_default_to_the_flags(tmp_path):
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps({"grids": [
+        {"agent": "sac", "preset": "resets10", "interventions": ["none", "reset", "clip"],
+         "utds": [1, 4, 8]},
+        {"agent": "bro", "envs": ["dog-run"], "interventions": "none,clip", "max_steps": 100},
+    ]}))
+    defaults = {"envs": "walker-run", "seeds": 2, "seeds_per_job": 1, "max_steps": 50}
+    sac, bro = load_grid_file(str(path), defaults)
+    assert (sac.envs, sac.utds, sac.seeds) == (PRESETS["resets10"], (1, 4, 8), 2)
+    assert (bro.envs, bro.interventions) == (("dog-run",), ("none", "clip"))
+    assert dict(sac.train_flags) == {"max_steps": 50} and dict(bro.train_flags) == {
+        "max_steps": 100}
+    assert len(expand([sac, bro])) == 10 * 3 * 3 * 2 + 1 * 2 * 2
+
+
+def test_grid_file_errors_name_the_entry(tmp_path):
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps([{"agent": "sac", "envs": "cheetah-run", "utd": 3}]))
+    with pytest.raises(SweepError, match=r"grid 0 has unknown key\(s\) utd; accepted: agent"):
+        load_grid_file(str(path), {})
+    path.write_text("{not json")
+    with pytest.raises(SweepError, match="cannot read grid file"):
+        load_grid_file(str(path), {})
+
+
+def test_two_grids_writing_one_run_directory_differently_is_an_error():
+    a = make_grid("sac", envs="cheetah-run", max_steps=100)
+    b = make_grid("sac", envs="cheetah-run", max_steps=200)
+    assert expand([a, a]) == a.jobs()
+    with pytest.raises(SweepError, match="same run directory sac/cheetah-run/none-utd1-seed0"):
+        expand([a, b])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--agent=ppo", "--envs=cheetah-run"], "sweep: flag --agent=ppo: value should be one of"),
+    (["--envs=cheetah-run", "--utds=1,0"], "sweep: utd must be an integer >= 1, got '0'"),
+    (["--envs="], "sweep: no envs given"),
+    (["--envs=cheetah-rnu"], "sweep: unknown env 'cheetah-rnu'; did you mean 'cheetah-run'?"),
+    (["--envs=cheetah-run", "--executor=slurm", "--max_parallel=0"],
+     "sweep: --max_parallel must be >= 1, got 0"),
+])
+def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
+                           f"--logdir={tmp_path}", *args], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / ".sweep").exists()

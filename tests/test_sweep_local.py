@@ -1,0 +1,192 @@
+"""launch/sweep.py on the local executor, as a user runs it, with a stand-in run script
+(tests/sweep_fake_run.py) that keeps the run-script contract and takes a second or so."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launch.sweep_lib.state import SweepPaths, read_json
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "launch" / "sweep.py"
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    """A script folder whose run_sac.py and run_bro.py are the stand-in."""
+    folder = tmp_path_factory.mktemp("scripts")
+    for agent in ("sac", "bro"):
+        (folder / f"run_{agent}.py").symlink_to(ROOT / "tests" / "sweep_fake_run.py")
+    return folder
+
+
+def sweep_argv(logdir, scripts, *args):
+    return [sys.executable, str(SWEEP), f"--logdir={logdir}", f"--script_dir={scripts}",
+            "--poll_s=0.1", *args]
+
+
+def sweep(logdir, scripts, *args, timeout=60):
+    return subprocess.run(sweep_argv(logdir, scripts, *args), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def fake_score(intervention, utd, seed, step, max_steps):
+    """The stand-in's return, computed independently."""
+    return 100.0 * ("none", "reset", "clip").index(intervention) + 10.0 * utd + seed \
+        + step / max_steps
+
+
+def eval_rows(run_dir):
+    with open(run_dir / "eval.csv", newline="") as f:
+        return [(int(r["env_step"]), int(r["seed"]), float(r["return"]))
+                for r in csv.DictReader(f)]
+
+
+def wait_for(condition, timeout=30.0, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def max_overlap(records):
+    """Most jobs running at the same time, from the records' start and end times."""
+    events = sorted([(r["started"], 1) for r in records] + [(r["finished"], -1) for r in records])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_small_sweep_runs_each_job_once_and_a_relaunch_skips_them(tmp_path, scripts):
+    logdir = tmp_path / "runs"
+    args = ["--agent=sac", "--envs=cheetah-run,walker-run", "--interventions=none,clip",
+            "--max_parallel=2", "--max_steps=40", "--eval_every=10", "--checkpoint_every=20",
+            "--", "--step_s=0.02"]
+    proc = sweep(logdir, scripts, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "4 done"
+    keys = [f"sac/{env}/{i}-utd1-seed0" for env in ("cheetah-run", "walker-run")
+            for i in ("none", "clip")]
+    paths = SweepPaths(str(logdir))
+    for key in keys:
+        run_dir = logdir / key
+        intervention = key.split("/")[2].split("-")[0]
+        assert eval_rows(run_dir) == [(s, 0, fake_score(intervention, 1, 0, s, 40))
+                                      for s in (10, 20, 30, 40)]
+        assert (run_dir / "done.json").exists() and not (run_dir / "resumes.txt").exists()
+        lines = [line.split()[1:3] for line in proc.stdout.splitlines() if key in line]
+        assert [state for state, _ in lines] == ["queued", "running", "done"]
+    records = [read_json(paths.record(k)) for k in keys]
+    assert max_overlap(records) <= 2 and len({r["pid"] for r in records}) == 2
+    assert all(r["attempt"] == 1 and r["returncode"] == 0 for r in records)
+
+    before = {k: (logdir / k / "eval.csv").stat().st_mtime_ns for k in keys}
+    again = sweep(logdir, scripts, *args)
+    assert again.returncode == 0 and "4 jobs: 4 done; launching 0 on local" in again.stdout
+    assert before == {k: (logdir / k / "eval.csv").stat().st_mtime_ns for k in keys}
+
+    status = sweep(logdir, scripts, "--status")
+    assert status.returncode == 0
+    assert sorted(status.stdout.splitlines()[:-1]) == sorted(f"done        {k}" for k in keys)
+
+
+def test_failed_job_shows_its_last_error_line_and_retry_failed_reruns_it(tmp_path, scripts):
+    logdir, flag = tmp_path / "runs", tmp_path / "fail"
+    flag.touch()
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps([
+        {"agent": "bro", "envs": "hopper-hop", "interventions": "none"},
+        {"agent": "bro", "envs": "hopper-hop", "interventions": "reset",
+         "extra": ["--fail_at=25", f"--fail_while_exists={flag}"]}]))
+    args = [f"--grid={grid}", "--max_steps=30", "--checkpoint_every=10"]
+    proc = sweep(logdir, scripts, *args)
+    assert proc.returncode == 1
+    error = "exit 1: RuntimeError: simulated failure at env step 25"
+    status = sweep(logdir, scripts, "--status")
+    lines = dict(line.split(maxsplit=1)[::-1] for line in status.stdout.splitlines()[:-1])
+    assert lines["bro/hopper-hop/none-utd1-seed0"] == "done"
+    failed = lines["bro/hopper-hop/reset-utd1-seed0  " + error + "  [log: "
+                   + str(logdir / ".sweep/logs/bro/hopper-hop/reset-utd1-seed0.err") + "]"]
+    assert failed == "failed"
+    assert status.stdout.splitlines()[-1] == "1 done, 1 failed"
+
+    again = sweep(logdir, scripts, *args)
+    assert again.returncode == 1 and "launching 0" in again.stdout
+    assert "--retry_failed runs them again" in again.stdout
+
+    flag.unlink()
+    retry = sweep(logdir, scripts, "--retry_failed")
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+    run_dir = logdir / "bro/hopper-hop/reset-utd1-seed0"
+    assert (run_dir / "resumes.txt").read_text() == "20\n"
+    assert [s for s, _, _ in eval_rows(run_dir)] == [10, 20, 30]
+    record = read_json(SweepPaths(str(logdir)).record("bro/hopper-hop/reset-utd1-seed0"))
+    assert (record["attempt"], record["state"]) == (2, "done")
+
+
+def pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_killed_job_resumes_when_the_sweep_is_launched_again(tmp_path, scripts):
+    logdir = tmp_path / "runs"
+    args = ["--envs=cheetah-run", "--max_steps=300", "--eval_every=10", "--checkpoint_every=20",
+            "--", "--step_s=0.01"]
+    key = "sac/cheetah-run/none-utd1-seed0"
+    submitted = sweep(logdir, scripts, "--no_wait", *args, timeout=20)
+    assert submitted.returncode == 0 and "not waiting" in submitted.stdout
+    wait_for(lambda: (logdir / key / "checkpoints" / "step_40").exists(), what="a checkpoint")
+    record = read_json(SweepPaths(str(logdir)).record(key))
+    assert not (logdir / key / "done.json").exists()
+    os.kill(record["pid"], signal.SIGKILL)
+    wait_for(lambda: not pid_alive(record["child_pid"]), timeout=10, what="the run script to die")
+
+    status = sweep(logdir, scripts, "--status")
+    assert status.stdout.startswith(f"interrupted {key}  job process {record['pid']}")
+
+    again = sweep(logdir, scripts, *args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 jobs: 1 interrupted; launching 1 on local" in again.stdout
+    resumed = int((logdir / key / "resumes.txt").read_text())
+    assert 40 <= resumed < 300
+    assert eval_rows(logdir / key) == [(s, 0, fake_score("none", 1, 0, s, 300))
+                                       for s in range(10, 301, 10)]
+    assert read_json(SweepPaths(str(logdir)).record(key))["attempt"] == 2
+
+
+def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, scripts):
+    logdir = tmp_path / "runs"
+    key = "sac/cheetah-run/none-utd1-seed0"
+    argv = sweep_argv(logdir, scripts, "--envs=cheetah-run", "--max_steps=300",
+                      "--eval_every=10", "--checkpoint_every=20", "--", "--step_s=0.01")
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        wait_for(lambda: (logdir / key / "checkpoints" / "step_40").exists(),
+                 what="a checkpoint")
+        first = read_json(SweepPaths(str(logdir)).record(key))
+        os.kill(first["pid"], signal.SIGUSR2)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    states = [line.split()[1] for line in out.splitlines() if key in line]
+    assert states == ["queued", "running", "queued", "running", "done"]
+    assert "requeued after preemption or time-out" in out
+    assert not pid_alive(first["child_pid"])
+    record = read_json(SweepPaths(str(logdir)).record(key))
+    assert record["attempt"] == 2 and record["pid"] != first["pid"]
+    assert 40 <= int((logdir / key / "resumes.txt").read_text()) < 300
+    assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 301, 10))

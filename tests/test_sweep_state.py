@@ -1,0 +1,128 @@
+"""The sweep's records: what a record means now (liveness of its process, worker or SLURM
+job), atomic locked updates, and the last line of a job's stderr."""
+
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launch.sweep_lib.job import last_line
+from launch.sweep_lib.state import (
+    STALE_AFTER_S,
+    SweepPaths,
+    describe,
+    process_start,
+    read_json,
+    this_process,
+    update_record,
+)
+
+
+@pytest.fixture(scope="module")
+def dead_process():
+    """Host, pid and start time of a process that has exited."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    record = {"host": socket.gethostname(), "pid": proc.pid, "pid_start": process_start(proc.pid)}
+    proc.wait()
+    return record
+
+
+def running(**fields):
+    return {"state": "running", "detail": "attempt 1", "heartbeat": time.time(), **fields}
+
+
+def test_a_finished_run_is_done_once_its_job_has_recorded_its_end(dead_process):
+    for record in ({}, running(**dead_process), {"state": "failed", "detail": "exit 1: x"}):
+        assert describe(record, True, {}, None).state == "done"
+    assert describe(running(**this_process()), True, {}, None).state == "running"
+
+
+def test_running_follows_the_process_on_this_host(dead_process):
+    assert describe(running(**this_process()), False, {}, None).state == "running"
+    status = describe(running(**dead_process), False, {}, None)
+    assert status.state == "interrupted" and f"job process {dead_process['pid']}" in status.detail
+    reused = {**this_process(), "pid_start": "0"}  # same pid, another process's start time
+    assert describe(running(**reused), False, {}, None).state == "interrupted"
+
+
+def test_running_on_another_host_follows_the_heartbeat():
+    elsewhere = {"host": "not-" + socket.gethostname(), "pid": 1, "pid_start": "1"}
+    assert describe(running(**elsewhere), False, {}, None).state == "running"
+    stale = running(**elsewhere, heartbeat=time.time() - STALE_AFTER_S - 1)
+    assert describe(stale, False, {}, None).state == "interrupted"
+
+
+def test_queued_on_local_workers_until_every_worker_is_gone(dead_process):
+    queued = {"state": "queued", "key": "sac/cheetah-run/none-utd1-seed0"}
+    alive = {"executor": "local", "submitted": True, "workers": [dead_process, this_process()]}
+    assert describe(queued, False, alive, None).state == "queued"
+    gone = {**alive, "workers": [dead_process]}
+    status = describe(queued, False, gone, None)
+    assert status.state == "interrupted" and "local worker" in status.detail
+    never = {"executor": "local", "submitted": False, "submitter": dead_process}
+    assert describe(queued, False, never, None).state == "interrupted"
+    submitting = {**never, "submitter": this_process()}
+    assert describe(queued, False, submitting, None).state == "queued"
+
+
+def test_queued_on_slurm_until_the_job_leaves_the_queue():
+    queued = {"state": "queued", "key": "bro/dog-run/clip-utd1-seed0"}
+    launch = {"executor": "slurm", "submitted": True,
+              "scheduler_ids": {"bro/dog-run/clip-utd1-seed0": "17_3"}}
+    in_queue = {"17_2": "RUNNING", "17_3": "PENDING"}
+    assert describe(queued, False, launch, in_queue).state == "queued"
+    assert describe(queued, False, launch, None).state == "queued"  # squeue cannot tell
+    status = describe(queued, False, launch, {"17_2": "RUNNING"})
+    assert status.state == "interrupted" and "SLURM job 17_3 left the queue" in status.detail
+
+
+def test_a_killed_slurm_job_still_in_the_queue_was_requeued(dead_process):
+    killed = running(**dead_process, executor="slurm", scheduler_id="17_3")
+    status = describe(killed, False, {}, {"17_3": "PENDING"})
+    assert status.state == "queued" and status.detail.startswith("SLURM job 17_3 is PENDING")
+    assert describe(killed, False, {}, {"17_2": "RUNNING"}).state == "interrupted"
+    recorded = {"state": "interrupted", "executor": "slurm", "scheduler_id": "17_3"}
+    assert describe(recorded, False, {}, {"17_3": "COMPLETING"}).state == "queued"
+    assert describe({**recorded, "executor": "local"}, False, {}, {"17_3": "PENDING"}).state == (
+        "interrupted")
+
+
+def _bump(path: str, name: str, n: int) -> None:
+    for i in range(n):
+        update_record(path, **{f"{name}{i}": i})
+
+
+def test_concurrent_updates_lose_nothing(tmp_path):
+    path = str(tmp_path / "jobs" / "a" / "b.json")
+    procs = [multiprocessing.get_context("fork").Process(target=_bump, args=(path, name, 40))
+             for name in ("x", "y", "z")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    record = read_json(path)
+    assert {k for k in record if k != "updated"} == {f"{n}{i}" for n in "xyz" for i in range(40)}
+    assert not [f for f in os.listdir(tmp_path / "jobs" / "a") if f.startswith(".tmp")]
+
+
+def test_recorded_keys_are_agent_env_run(tmp_path):
+    paths = SweepPaths(str(tmp_path))
+    for key in ("sac/cheetah-run/none-utd1-seed0", "bro/dog-run/clip-utd4-seed5"):
+        update_record(paths.record(key), key=key)
+    assert paths.recorded_keys() == ["bro/dog-run/clip-utd4-seed5",
+                                     "sac/cheetah-run/none-utd1-seed0"]
+
+
+def test_last_line_skips_progress_bars_and_earlier_attempts(tmp_path):
+    path = tmp_path / "job.err"
+    path.write_bytes(b"old attempt failed\n=== attempt 2\n")
+    offset = path.stat().st_size
+    assert last_line(str(path), offset) == ""
+    with open(path, "ab") as f:
+        f.write(b" 10%|#  | 1/10\r 20%|## | 2/10\rValueError: bad \xff thing\n\n")
+    assert last_line(str(path), offset) == "ValueError: bad \ufffd thing"
+    assert last_line(str(path)) == "ValueError: bad \ufffd thing"
