@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from agents import sac
+from agents import bro, sac
 
 
 class Agent(NamedTuple):
@@ -42,11 +42,42 @@ def _sac(config: "sac.SACConfig") -> Agent:
     )
 
 
+def _bro(config: "bro.BROConfig") -> Agent:
+    return Agent(
+        name="bro",
+        config=config,
+        init=functools.partial(_init, bro.init, config=config),
+        act=bro.act,
+        update=functools.partial(bro.update, config=config),
+        features=bro.features,
+        weights=bro.weights,
+        clip_parts=(
+            "actor.params",
+            "optimistic_actor.params",
+            "critic.params",
+            "target_critic_params",
+        ),
+        reset_parts=(
+            "actor",
+            "optimistic_actor",
+            "critic",
+            "target_critic_params",
+            "temp",
+            "optimism",
+            "kl_weight",
+        ),
+        reset_to="initial",
+    )
+
+
 def _init(init_fn, key, obs_dim, act_dim, config):
     return init_fn(key, obs_dim, act_dim, config)
 
 
-AGENTS: dict[str, tuple[type, Callable[[Any], Agent]]] = {"sac": (sac.SACConfig, _sac)}
+AGENTS: dict[str, tuple[type, Callable[[Any], Agent]]] = {
+    "sac": (sac.SACConfig, _sac),
+    "bro": (bro.BROConfig, _bro),
+}
 
 
 def make_agent(name: str, config: Any = None) -> Agent:

@@ -1,0 +1,381 @@
+"""BRO, "Bigger, Regularized, Optimistic" (Nauman et al. 2024), as SPEC.md describes it.
+
+Two BroNet quantile critics, a conservative actor trained as in SAC, and an optimistic actor
+that collects the data: a learned shift of the conservative mean, a narrower std, trained on an
+upper bound of Q with a KL penalty towards the conservative policy. The optimism beta_opt and the
+KL weight lambda_KL are learned so that the KL per action dimension tracks `target_kl`.
+
+Pure functions over one `BROState` pytree; `update` scans over the `(utd, batch, ...)` axis.
+Where SPEC.md is silent this follows the public BRO reference implementation (see the notes on
+`BoundedScalar`, `BROConfig`, `BroActor` and `update_optimistic_actor`).
+"""
+
+import dataclasses
+import functools
+import math
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training.train_state import TrainState
+
+from agents.common import Batch, Temperature, polyak, sow_features, train_state
+from networks import BroActor, Ensemble, OptimisticActor, QuantileCritic, tanh_gaussian_sample
+
+NUM_CRITICS = 2  # the optimism and pessimism terms use the spread |q1 - q2| / 2 of two critics
+
+
+@dataclasses.dataclass(frozen=True)
+class BROConfig:
+    """BRO hyperparameters; defaults as in SPEC.md.
+
+    AdamW decays every parameter (biases and LayerNorm too), as optax.adamw does without a mask
+    and as the BRO reference does.
+    """
+
+    critic_width: int = 512
+    critic_depth: int = 2
+    num_quantiles: int = 100
+    kappa: float = 1.0  # quantile Huber threshold
+    actor_width: int = 256
+    actor_depth: int = 1
+    optimistic_width: int = 256
+    optimistic_depth: int = 1
+    std_multiplier: float = 0.75  # std_o = std_multiplier * std_c
+    shift_init_scale: float = 0.01
+    actor_lr: float = 3e-4
+    optimistic_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    weight_decay: float = 1e-4
+    temp_lr: float = 3e-4
+    temp_b1: float = 0.5
+    scalar_lr: float = 3e-5  # beta_opt and lambda_KL
+    scalar_b1: float = 0.5
+    init_optimism: float = 1.0
+    init_kl_weight: float = 0.25
+    target_kl: float = 0.05  # per action dimension
+    pessimism: float = 0.0  # beta_pess
+    discount: float = 0.99
+    tau: float = 0.005
+    init_temperature: float = 1.0
+    target_entropy_scale: float = 0.5  # target entropy = -scale * |A|
+    log_std_min: float = -10.0
+    log_std_max: float = 2.0
+    scalar_log_min: float = -10.0  # beta_opt, lambda_KL live in [e^min, e^max]
+    scalar_log_max: float = 7.5
+    batch_size: int = 128
+
+    def __post_init__(self):
+        for name in ("critic_width", "actor_width", "optimistic_width", "num_quantiles"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("critic_depth", "actor_depth", "optimistic_depth"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        low, high = math.exp(self.scalar_log_min), math.exp(self.scalar_log_max)
+        for name in ("init_optimism", "init_kl_weight"):
+            if not low < getattr(self, name) < high:
+                raise ValueError(
+                    f"{name} must lie strictly inside (e^{self.scalar_log_min}, "
+                    f"e^{self.scalar_log_max}), got {getattr(self, name)}"
+                )
+
+
+class BoundedScalar(nn.Module):
+    """A learned scalar exp(l) with l = lo + (hi - lo) (1 + tanh(p)) / 2, so it stays in
+    [e^lo, e^hi]; p starts where the value is `init_value` (the BRO reference's parametrisation)."""
+
+    init_value: float
+    log_min: float = -10.0
+    log_max: float = 7.5
+
+    @nn.compact
+    def __call__(self) -> jax.Array:
+        half = 0.5 * (self.log_max - self.log_min)
+        raw_init = math.atanh((math.log(self.init_value) - self.log_min) / half - 1.0)
+        raw = self.param("raw", nn.initializers.constant(raw_init), ())
+        return jnp.exp(self.log_min + half * (1.0 + jnp.tanh(raw)))
+
+
+@flax.struct.dataclass
+class BROState:
+    actor: TrainState
+    optimistic_actor: TrainState
+    critic: TrainState
+    target_critic_params: flax.core.FrozenDict
+    temp: TrainState
+    optimism: TrainState
+    kl_weight: TrainState
+    rng: jax.Array
+    step: jax.Array
+    target_entropy: jax.Array
+
+
+def networks(config: BROConfig, act_dim: int) -> tuple[nn.Module, nn.Module, nn.Module]:
+    """The conservative actor, the optimistic actor and the two-critic ensemble of this config."""
+    actor = BroActor(
+        act_dim, config.actor_width, config.actor_depth, config.log_std_min, config.log_std_max
+    )
+    optimistic = OptimisticActor(
+        config.optimistic_width,
+        config.optimistic_depth,
+        config.std_multiplier,
+        config.shift_init_scale,
+    )
+    critic = Ensemble(
+        QuantileCritic(config.critic_width, config.critic_depth, config.num_quantiles),
+        NUM_CRITICS,
+    )
+    return actor, optimistic, critic
+
+
+def _scalar(init_value: float, config: BROConfig) -> BoundedScalar:
+    return BoundedScalar(init_value, config.scalar_log_min, config.scalar_log_max)
+
+
+def init(key: jax.Array, obs_dim: int, act_dim: int, config: BROConfig) -> BROState:
+    """Fresh agent state; every network initialised from `key`; target critic = critic."""
+    actor_net, optimistic_net, critic_net = networks(config, act_dim)
+    k_actor, k_optimistic, k_critic, k_rng = jax.random.split(key, 4)
+    obs, act = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
+
+    def adamw(lr):
+        return optax.adamw(lr, weight_decay=config.weight_decay)
+
+    actor = train_state(
+        actor_net.apply, actor_net.init(k_actor, obs)["params"], adamw(config.actor_lr)
+    )
+    optimistic_params = optimistic_net.init(k_optimistic, obs, act, act)["params"]
+    optimistic = train_state(optimistic_net.apply, optimistic_params, adamw(config.optimistic_lr))
+    critic_params = critic_net.init(k_critic, obs, act)["params"]
+    critic = train_state(critic_net.apply, critic_params, adamw(config.critic_lr))
+
+    def scalar(module, lr, b1):
+        return train_state(module.apply, module.init(k_rng)["params"], optax.adam(lr, b1=b1))
+
+    return BROState(
+        actor=actor,
+        optimistic_actor=optimistic,
+        critic=critic,
+        target_critic_params=critic_params,
+        temp=scalar(Temperature(config.init_temperature), config.temp_lr, config.temp_b1),
+        optimism=scalar(_scalar(config.init_optimism, config), config.scalar_lr, config.scalar_b1),
+        kl_weight=scalar(
+            _scalar(config.init_kl_weight, config), config.scalar_lr, config.scalar_b1
+        ),
+        rng=k_rng,
+        step=jnp.zeros((), jnp.int32),
+        target_entropy=jnp.asarray(-config.target_entropy_scale * act_dim, jnp.float32),
+    )
+
+
+def param_counts(obs_dim: int, act_dim: int, config: BROConfig) -> dict[str, int]:
+    """Parameters of each network (critic: both critics together), from an abstract init."""
+    state = jax.eval_shape(lambda key: init(key, obs_dim, act_dim, config), jax.random.key(0))
+    nets = {
+        "actor": state.actor.params,
+        "optimistic_actor": state.optimistic_actor.params,
+        "critic": state.critic.params,
+    }
+    return {name: sum(math.prod(x.shape) for x in jax.tree.leaves(p)) for name, p in nets.items()}
+
+
+def _value(scalar: TrainState) -> jax.Array:
+    return scalar.apply_fn({"params": scalar.params})
+
+
+def _conservative(state: BROState, params, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return state.actor.apply_fn({"params": params}, obs)
+
+
+def _optimistic(state: BROState, params, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    mean_c, log_std_c = _conservative(state, state.actor.params, obs)
+    return state.optimistic_actor.apply_fn({"params": params}, obs, mean_c, log_std_c)
+
+
+def act(state: BROState, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
+    """Actions in [-1, 1] for `obs (..., obs_dim)`: a sample of the optimistic policy (data
+    collection), or tanh of the conservative mean when deterministic (evaluation)."""
+    if deterministic:
+        return jnp.tanh(_conservative(state, state.actor.params, obs)[0])
+    mean_o, log_std_o = _optimistic(state, state.optimistic_actor.params, obs)
+    return tanh_gaussian_sample(key, mean_o, log_std_o)[0]
+
+
+def quantile_midpoints(n: int) -> jax.Array:
+    """The n quantile levels (2i + 1) / (2n), i = 0..n-1."""
+    return (2.0 * jnp.arange(n) + 1.0) / (2.0 * n)
+
+
+def quantile_huber_loss(
+    pred: jax.Array, target: jax.Array, taus: jax.Array, kappa: float = 1.0
+) -> jax.Array:
+    """Quantile Huber loss of predicted quantiles `pred (B, N)` at levels `taus (N,)` against
+    target samples `target (B, M)`: summed over the N predictions, averaged over M and B."""
+    td = target[..., None, :] - pred[..., :, None]  # (B, N, M)
+    abs_td = jnp.abs(td)
+    huber = jnp.where(abs_td <= kappa, 0.5 * td**2, kappa * (abs_td - 0.5 * kappa))
+    weight = jnp.abs(taus[:, None] - (td < 0).astype(td.dtype))
+    return jnp.mean(jnp.sum(weight * huber / kappa, axis=-2))
+
+
+def gaussian_kl(
+    mean_p: jax.Array, log_std_p: jax.Array, mean_q: jax.Array, log_std_q: jax.Array
+) -> jax.Array:
+    """KL(N(mean_p, std_p) || N(mean_q, std_q)) of diagonal Gaussians `(..., d)`, summed over d.
+
+    Equal to the KL of their tanh-squashed policies (tanh is a bijection)."""
+    var_ratio = jnp.exp(2.0 * (log_std_p - log_std_q))
+    mahalanobis = ((mean_p - mean_q) * jnp.exp(-log_std_q)) ** 2
+    return 0.5 * jnp.sum(var_ratio + mahalanobis - 1.0, axis=-1) + jnp.sum(
+        log_std_q - log_std_p, axis=-1
+    )
+
+
+def _bound(quantiles: jax.Array, beta: jax.Array | float) -> jax.Array:
+    """mean(q1, q2) + beta |q1 - q2| / 2 over the critic axis of `(2, ..., N)`."""
+    return quantiles.mean(axis=0) + beta * jnp.abs(quantiles[0] - quantiles[1]) / 2.0
+
+
+def update_critic(state: BROState, batch: Batch, key: jax.Array, config: BROConfig):
+    """Quantile TD step: target r + gamma (mean - beta_pess spread - alpha log pi), per quantile."""
+    mean, log_std = _conservative(state, state.actor.params, batch.next_observations)
+    next_actions, next_log_probs = tanh_gaussian_sample(key, mean, log_std)
+    next_quantiles = state.critic.apply_fn(
+        {"params": state.target_critic_params}, batch.next_observations, next_actions
+    )
+    entropy_term = _value(state.temp) * next_log_probs[:, None]
+    next_v = _bound(next_quantiles, -config.pessimism) - entropy_term
+    target = batch.rewards[:, None] + config.discount * batch.masks[:, None] * next_v
+    taus = quantile_midpoints(config.num_quantiles)
+
+    def loss_fn(params):
+        quantiles = state.critic.apply_fn({"params": params}, batch.observations, batch.actions)
+        losses = jax.vmap(quantile_huber_loss, in_axes=(0, None, None, None))(
+            quantiles, target, taus, config.kappa
+        )
+        return losses.sum(), quantiles.mean()
+
+    (loss, q), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.critic.params)
+    critic = state.critic.apply_gradients(grads=grads)
+    return state.replace(critic=critic), {"critic_loss": loss, "q": q}
+
+
+def update_actor(state: BROState, batch: Batch, key: jax.Array, config: BROConfig):
+    """SAC actor step on the mean over quantiles of mean(q1, q2) - beta_pess |q1 - q2| / 2."""
+    temperature = _value(state.temp)
+
+    def loss_fn(params):
+        mean, log_std = _conservative(state, params, batch.observations)
+        actions, log_probs = tanh_gaussian_sample(key, mean, log_std)
+        quantiles = state.critic.apply_fn(
+            {"params": state.critic.params}, batch.observations, actions
+        )
+        q = _bound(quantiles, -config.pessimism).mean(axis=-1)
+        return (temperature * log_probs - q).mean(), -log_probs.mean()
+
+    (loss, entropy), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.actor.params)
+    actor = state.actor.apply_gradients(grads=grads)
+    return state.replace(actor=actor), {"actor_loss": loss, "entropy": entropy}
+
+
+def update_optimistic_actor(state: BROState, batch: Batch, key: jax.Array, config: BROConfig):
+    """Maximise mean(q1, q2) + beta_opt |q1 - q2| / 2 minus lambda_KL KL(pi_o, pi_c).
+
+    As in the BRO reference, the KL compares pi_o with its std multiplier undone (std_o /
+    std_multiplier = std_c), i.e. it measures the learned mean shift; the fixed std ratio alone
+    would add 0.069 nats per action dimension at 0.75, above the 0.05 target.
+    Returns metrics incl. "kl": the KL per action dimension that drives the scalars.
+    """
+    mean_c, log_std_c = _conservative(state, state.actor.params, batch.observations)
+    optimism, kl_weight = _value(state.optimism), _value(state.kl_weight)
+    std_shift = jnp.log(config.std_multiplier)
+
+    def loss_fn(params):
+        mean_o, log_std_o = state.optimistic_actor.apply_fn(
+            {"params": params}, batch.observations, mean_c, log_std_c
+        )
+        actions, _ = tanh_gaussian_sample(key, mean_o, log_std_o)
+        quantiles = state.critic.apply_fn(
+            {"params": state.critic.params}, batch.observations, actions
+        )
+        q_upper = _bound(quantiles, optimism).mean(axis=-1)
+        kl = gaussian_kl(mean_o, log_std_o - std_shift, mean_c, log_std_c).mean()
+        return -q_upper.mean() + kl_weight * kl, kl
+
+    (loss, kl), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.optimistic_actor.params)
+    optimistic = state.optimistic_actor.apply_gradients(grads=grads)
+    kl_per_dim = kl / batch.actions.shape[-1]
+    return state.replace(optimistic_actor=optimistic), {
+        "optimistic_actor_loss": loss,
+        "kl": kl_per_dim,
+    }
+
+
+def _scalar_step(scalar: TrainState, slope: jax.Array) -> tuple[TrainState, jax.Array]:
+    """One optimizer step on the loss value * slope (slope held fixed); returns the new value."""
+    grads = jax.grad(lambda p: scalar.apply_fn({"params": p}) * slope)(scalar.params)
+    scalar = scalar.apply_gradients(grads=grads)
+    return scalar, _value(scalar)
+
+
+def update_scalars(state: BROState, entropy: jax.Array, kl: jax.Array, config: BROConfig):
+    """Temperature towards the target entropy; then, with KL per dimension above target_kl,
+    beta_opt goes down and lambda_KL up (below target: the reverse), as in the BRO reference."""
+    temp, temperature = _scalar_step(state.temp, entropy - state.target_entropy)
+    optimism, beta = _scalar_step(state.optimism, kl - config.target_kl)
+    kl_weight, lam = _scalar_step(state.kl_weight, config.target_kl - kl)
+    state = state.replace(temp=temp, optimism=optimism, kl_weight=kl_weight)
+    return state, {"temperature": temperature, "optimism": beta, "kl_weight": lam}
+
+
+def update_step(state: BROState, batch: Batch, config: BROConfig):
+    """One gradient step: critic, target, actor, optimistic actor, temperature, scalars."""
+    rng, k_critic, k_actor, k_optimistic = jax.random.split(state.rng, 4)
+    state, critic_info = update_critic(state, batch, k_critic, config)
+    state = state.replace(
+        target_critic_params=polyak(state.critic.params, state.target_critic_params, config.tau)
+    )
+    state, actor_info = update_actor(state, batch, k_actor, config)
+    state, optimistic_info = update_optimistic_actor(state, batch, k_optimistic, config)
+    state, scalar_info = update_scalars(
+        state, actor_info["entropy"], optimistic_info["kl"], config
+    )
+    state = state.replace(rng=rng, step=state.step + 1)
+    return state, {**critic_info, **actor_info, **optimistic_info, **scalar_info}
+
+
+def update(state: BROState, batches: Batch, config: BROConfig):
+    """`batches` leaves are `(utd, batch, ...)`; one scan over the utd axis. Metrics are means."""
+    state, infos = jax.lax.scan(functools.partial(update_step, config=config), state, batches)
+    return state, jax.tree.map(jnp.mean, infos)
+
+
+def features(state: BROState, batch: Batch) -> dict[str, dict[str, jax.Array]]:
+    """Hidden features `(..., batch, units)` of both actors and the critics on `batch`."""
+    mean_c, log_std_c = _conservative(state, state.actor.params, batch.observations)
+    return {
+        "actor": sow_features(state.actor.apply_fn, state.actor.params, batch.observations),
+        "optimistic_actor": sow_features(
+            state.optimistic_actor.apply_fn,
+            state.optimistic_actor.params,
+            batch.observations,
+            mean_c,
+            log_std_c,
+        ),
+        "critic": sow_features(
+            state.critic.apply_fn, state.critic.params, batch.observations, batch.actions
+        ),
+    }
+
+
+def weights(state: BROState) -> dict[str, flax.core.FrozenDict]:
+    """The parameter trees whose weight matrices the diagnostics report."""
+    return {
+        "actor": state.actor.params,
+        "optimistic_actor": state.optimistic_actor.params,
+        "critic": state.critic.params,
+        "target_critic": state.target_critic_params,
+    }

@@ -1,0 +1,110 @@
+"""BroNet (Nauman et al. 2024) and BRO's networks built on it: quantile critic, two actors.
+
+Every hidden activation is recorded with `sow("intermediates", ...)`: the stem's ReLU output,
+each block's inner ReLU output and each block's residual output, so the plasticity diagnostics
+read the same features for any depth.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from networks.common import default_init
+from networks.policies import squash_log_std
+
+
+class BroBlock(nn.Module):
+    """`x + LN(Dense(ReLU(LN(Dense(x)))))`, no activation after the sum: `(..., w) -> (..., w)`."""
+
+    width: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = nn.Dense(self.width, kernel_init=default_init(), name="Dense_0")(x)
+        h = nn.relu(nn.LayerNorm(name="LayerNorm_0")(h))
+        self.sow("intermediates", "relu", h)
+        h = nn.Dense(self.width, kernel_init=default_init(), name="Dense_1")(h)
+        out = x + nn.LayerNorm(name="LayerNorm_1")(h)
+        self.sow("intermediates", "out", out)
+        return out
+
+
+class BroNet(nn.Module):
+    """Dense(width) -> LayerNorm -> ReLU, then `depth` (>= 0) BroBlocks: `(..., in) -> (..., w)`."""
+
+    width: int
+    depth: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if self.width <= 0 or self.depth < 0:
+            raise ValueError(
+                f"BroNet needs width > 0 and depth >= 0, got width={self.width}, depth={self.depth}"
+            )
+        x = nn.Dense(self.width, kernel_init=default_init(), name="Dense_0")(x)
+        x = nn.relu(nn.LayerNorm(name="LayerNorm_0")(x))
+        self.sow("intermediates", "hidden_0", x)
+        for i in range(self.depth):
+            x = BroBlock(self.width, name=f"block_{i}")(x)
+        return x
+
+
+class QuantileCritic(nn.Module):
+    """Quantiles of the return from concat(obs, action): `(..., obs), (..., act) -> (..., n)`."""
+
+    width: int = 512
+    depth: int = 2
+    num_quantiles: int = 100
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        x = BroNet(self.width, self.depth)(jnp.concatenate([obs, action], axis=-1))
+        return nn.Dense(self.num_quantiles, kernel_init=default_init(), name="quantiles")(x)
+
+
+class BroActor(nn.Module):
+    """`obs (..., obs_dim) -> (mean, log_std)`, each `(..., act_dim)`, pre-tanh.
+
+    As in the BRO reference, the mean head is initialised orthogonal with scale sqrt(2) and the
+    log-std head with scale 1; the log-std is squashed with tanh into [log_std_min, log_std_max].
+    """
+
+    act_dim: int
+    width: int = 256
+    depth: int = 1
+    log_std_min: float = -10.0
+    log_std_max: float = 2.0
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        x = BroNet(self.width, self.depth)(obs)
+        mean = nn.Dense(self.act_dim, kernel_init=default_init(), name="mean")(x)
+        raw = nn.Dense(self.act_dim, kernel_init=default_init(1.0), name="log_std")(x)
+        return mean, squash_log_std(raw, self.log_std_min, self.log_std_max)
+
+
+class OptimisticActor(nn.Module):
+    """BRO's exploration policy around the conservative one, all `(..., act_dim)`:
+    mean_o = mean_c + shift(concat(obs, mean_c)), std_o = std_multiplier * std_c.
+
+    The shift head is a bias-free Dense with orthogonal init of scale `shift_init_scale`, so the
+    optimistic policy starts close to the conservative one.
+    """
+
+    width: int = 256
+    depth: int = 1
+    std_multiplier: float = 0.75
+    shift_init_scale: float = 0.01
+
+    @nn.compact
+    def __call__(
+        self, obs: jax.Array, mean_c: jax.Array, log_std_c: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        x = BroNet(self.width, self.depth)(jnp.concatenate([obs, mean_c], axis=-1))
+        shift = nn.Dense(
+            mean_c.shape[-1],
+            use_bias=False,
+            kernel_init=nn.initializers.orthogonal(self.shift_init_scale),
+            name="shift",
+        )(x)
+        return mean_c + shift, log_std_c + jnp.log(self.std_multiplier)
