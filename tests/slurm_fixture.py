@@ -38,6 +38,12 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+def _memory_mb() -> int:
+    with open("/proc/meminfo") as f:
+        total_kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+    return total_kb // 1024
+
+
 class SlurmCluster:
     """slurmctld + slurmd + munged on this machine, one node with all its CPUs."""
 
@@ -79,7 +85,8 @@ class SlurmCluster:
             "KillWait": 5, "MinJobAge": 300, "InactiveLimit": 0,
         }
         lines = [f"{k}={v}" for k, v in settings.items()]
-        lines += [f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} State=UNKNOWN",
+        node = f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={os.cpu_count()}"
+        lines += [f"{node} RealMemory={_memory_mb() * 9 // 10} State=UNKNOWN",
                   f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP"]
         self.conf.write_text("\n".join(lines) + "\n")
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from launch.sweep_lib.grid import SweepError
 from launch.sweep_lib.state import SweepPaths, read_json
+from launch.sweep_lib.submit import ExecutorOptions, job_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "launch" / "sweep.py"
@@ -25,6 +27,21 @@ def scripts(tmp_path_factory):
     for agent in ("sac", "bro"):
         (folder / f"run_{agent}.py").symlink_to(ROOT / "tests" / "sweep_fake_run.py")
     return folder
+
+
+def test_local_jobs_see_the_sweeps_devices_and_share_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    assert job_env(ExecutorOptions(max_parallel=2)) == {
+        "CUDA_VISIBLE_DEVICES": "1,3", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert job_env(ExecutorOptions(compilation_cache="cache")) == {
+        "CUDA_VISIBLE_DEVICES": None, "JAX_COMPILATION_CACHE_DIR": os.path.abspath("cache")}
+    assert job_env(ExecutorOptions(kind="slurm", max_parallel=4)) == {}
+    with pytest.raises(SweepError, match="unknown executor 'pbs'; accepted: local, slurm"):
+        ExecutorOptions(kind="pbs")
+    with pytest.raises(SweepError, match="--mem_gb must be >= 0, got -1"):
+        ExecutorOptions(kind="slurm", mem_gb=-1)
 
 
 def sweep_argv(logdir, scripts, *args):
@@ -85,8 +102,8 @@ def test_small_sweep_runs_each_job_once_and_a_relaunch_skips_them(tmp_path, scri
         assert eval_rows(run_dir) == [(s, 0, fake_score(intervention, 1, 0, s, 40))
                                       for s in (10, 20, 30, 40)]
         assert (run_dir / "done.json").exists() and not (run_dir / "resumes.txt").exists()
-        lines = [line.split()[1:3] for line in proc.stdout.splitlines() if key in line]
-        assert [state for state, _ in lines] == ["queued", "running", "done"]
+        states = [line.split()[1] for line in proc.stdout.splitlines() if key in line]
+        assert states in (["queued", "running", "done"], ["running", "done"])  # queued is brief
     records = [read_json(paths.record(k)) for k in keys]
     assert max_overlap(records) <= 2 and len({r["pid"] for r in records}) == 2
     assert all(r["attempt"] == 1 and r["returncode"] == 0 for r in records)
@@ -183,7 +200,7 @@ def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, script
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, out + err
     states = [line.split()[1] for line in out.splitlines() if key in line]
-    assert states == ["queued", "running", "queued", "running", "done"]
+    assert states[-4:] == ["running", "queued", "running", "done"]
     assert "requeued after preemption or time-out" in out
     assert not pid_alive(first["child_pid"])
     record = read_json(SweepPaths(str(logdir)).record(key))

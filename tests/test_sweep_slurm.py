@@ -30,7 +30,9 @@ def test_slurm_sweep_finishes_and_stopped_jobs_resume(cluster, tmp_path, scripts
     logdir = tmp_path / "runs"
     argv = sweep_argv(logdir, scripts, "--executor=slurm", "--envs=cheetah-run,walker-run",
                       "--max_steps=300", "--eval_every=10", "--checkpoint_every=20",
-                      "--timeout_min=10", "--signal_delay_s=30", "--", "--step_s=0.02")
+                      "--timeout_min=10", "--signal_delay_s=30", "--partition=debug",
+                      "--cpus_per_task=1", "--mem_gb=0.5", "--job_name=sweeptest",
+                      "--array_parallelism=2", "--", "--step_s=0.02")
     keys = ["sac/cheetah-run/none-utd1-seed0", "sac/walker-run/none-utd1-seed0"]
     paths = SweepPaths(str(logdir))
     with subprocess.Popen(argv, env=cluster.env(), stdout=subprocess.PIPE,
@@ -59,6 +61,11 @@ def test_slurm_sweep_finishes_and_stopped_jobs_resume(cluster, tmp_path, scripts
         assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 301, 10))
     assert "requeued after preemption or time-out" in out
     assert f"SLURM job {requeued['scheduler_id']} is PENDING" in out
+
+    (script,) = (logdir / ".sweep" / "submitit").glob("*_submission.sh")
+    for line in ("--array=0-1%2", "--partition=debug", "--cpus-per-task=1", "--mem=512MB",
+                 "--time=10", "--signal=USR2@30", "--job-name=sweeptest"):
+        assert f"#SBATCH {line}\n" in script.read_text()
 
     status = subprocess.run(sweep_argv(logdir, scripts, "--status"), env=cluster.env(),
                             capture_output=True, text=True, timeout=60)
