@@ -144,10 +144,13 @@ def run(trailing: list[str]) -> int:
     if todo:
         launch_id = launch(todo, paths, options)
         print(f"launch {launch_id}: records and logs in {paths.root}")
-        if FLAGS.no_wait:
-            print("not waiting; follow with --status")
-            return 0
-        statuses = {**statuses, **watch(paths, [s.key for s in todo], FLAGS.poll_s)}
+    if FLAGS.no_wait:
+        print("not waiting; follow with --status")
+        return 0
+    launched = {s.key for s in todo}
+    follow = [k for k, s in statuses.items() if k in launched or s.state in ("queued", "running")]
+    if follow:
+        statuses = {**statuses, **watch(paths, follow, FLAGS.poll_s)}
     print(summary(statuses))
     return 0 if all(s.state == "done" for s in statuses.values()) else 1
 

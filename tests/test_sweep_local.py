@@ -170,6 +170,8 @@ def test_killed_job_resumes_when_the_sweep_is_launched_again(tmp_path, scripts):
     wait_for(lambda: (logdir / key / "checkpoints" / "step_40").exists(), what="a checkpoint")
     record = read_json(SweepPaths(str(logdir)).record(key))
     assert not (logdir / key / "done.json").exists()
+    twice = sweep(logdir, scripts, "--no_wait", *args, timeout=20)
+    assert "1 jobs: 1 running; launching 0 on local" in twice.stdout
     os.kill(record["pid"], signal.SIGKILL)
     wait_for(lambda: not pid_alive(record["child_pid"]), timeout=10, what="the run script to die")
 

@@ -49,11 +49,16 @@ def test_running_follows_the_process_on_this_host(dead_process):
     assert describe(running(**reused), False, {}, None).state == "interrupted"
 
 
-def test_running_on_another_host_follows_the_heartbeat():
+def test_running_on_another_host_follows_the_heartbeat_and_the_slurm_queue():
     elsewhere = {"host": "not-" + socket.gethostname(), "pid": 1, "pid_start": "1"}
     assert describe(running(**elsewhere), False, {}, None).state == "running"
     stale = running(**elsewhere, heartbeat=time.time() - STALE_AFTER_S - 1)
     assert describe(stale, False, {}, None).state == "interrupted"
+    on_node = running(**elsewhere, executor="slurm", scheduler_id="9_1")
+    assert describe(on_node, False, {}, {"9_1": "RUNNING"}).state == "running"
+    assert describe(on_node, False, {}, None).state == "running"  # squeue cannot tell
+    ended = describe(on_node, False, {}, {"9_0": "RUNNING"})
+    assert ended.state == "interrupted" and "is gone" in ended.detail
 
 
 def test_queued_on_local_workers_until_every_worker_is_gone(dead_process):

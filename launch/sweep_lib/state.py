@@ -158,19 +158,20 @@ class Status:
 def describe(record: Mapping[str, Any], done: bool, launch: Mapping[str, Any],
              queue: Mapping[str, str] | None) -> Status:
     """The job's state now from its record, whether done.json exists, its launch and the
-    SLURM queue (`slurm_queue()`)."""
+    SLURM queue (`slurm_queue()`, taken before the record was read)."""
     state = record.get("state", "pending")
     detail = record.get("detail", "")
     alive = process_alive(record) if state == "running" else None
     if done and not alive:  # a job on this host is done once it has written its record
         return Status("done", detail if state == "done" else "", record)
+    job_id = record.get("scheduler_id")
+    on_slurm = record.get("executor") == "slurm" and queue is not None
     if state == "running":
         stale = time.time() - record.get("heartbeat", 0.0) > STALE_AFTER_S
-        if alive is False or alive is None and stale:
+        if alive is False or alive is None and (stale or on_slurm and job_id not in queue):
             state, detail = "interrupted", (f"job process {record.get('pid')} on "
                                             f"{record.get('host')} is gone (killed?)")
-    job_id = record.get("scheduler_id")
-    if state == "interrupted" and record.get("executor") == "slurm" and job_id in (queue or {}):
+    if state == "interrupted" and on_slurm and job_id in queue:
         # SLURM requeues preempted jobs itself: not over while the job is in the queue.
         return Status("queued", f"SLURM job {job_id} is {queue[job_id]} after: {detail}", record)
     if state == "queued":

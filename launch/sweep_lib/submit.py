@@ -160,14 +160,18 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
 def collect(paths: SweepPaths, keys: Sequence[str]) -> dict[str, Status]:
     """The status of each job, read from its record, its run directory and its launch."""
     records = {key: read_json(paths.record(key)) for key in keys}
+    on_slurm = any(r.get("executor") == "slurm" and r.get("state") in ("queued", "running",
+                                                                         "interrupted")
+                   for r in records.values())
+    if on_slurm:  # the queue first, then the records: a job gone from it has written its end
+        queue = slurm_queue()
+        records = {key: read_json(paths.record(key)) for key in keys}
+    else:
+        queue = None
     launches: dict[str, Mapping] = {}
     for record in records.values():
         if "launch" in record and record["launch"] not in launches:
             launches[record["launch"]] = read_json(paths.launch(record["launch"]))
-    on_slurm = any(r.get("executor") == "slurm" and r.get("state") in ("queued", "running",
-                                                                         "interrupted")
-                   for r in records.values())
-    queue = slurm_queue() if on_slurm else None
     return {key: describe(record, os.path.exists(os.path.join(paths.logdir, key, "done.json")),
                           launches.get(record.get("launch", ""), {}), queue)
             for key, record in records.items()}
