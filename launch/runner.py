@@ -10,13 +10,11 @@ from collections.abc import Callable
 
 from absl import flags, logging
 
-os.environ.setdefault("MUJOCO_GL", "egl")
-
-from agents import make_agent  # noqa: E402
-from envs import UnknownEnvError, check_env_name  # noqa: E402
-from launch.config import ConfigError, TrainConfig, config_from_flags, validate  # noqa: E402
-from launch.run_files import config_record  # noqa: E402
-from launch.train import Diverged, Trainer, resume_state  # noqa: E402
+from agents import make_agent
+from envs import UnknownEnvError, check_env_name
+from launch.config import ConfigError, TrainConfig, config_from_flags, validate
+from launch.run_files import config_record
+from launch.train import Diverged, Trainer, resume_state
 
 __all__ = ["ConfigError", "main"]
 

@@ -49,7 +49,7 @@ class Diverged(RuntimeError):
     """NaN or inf in a loss or in the parameters."""
 
 
-def _to_batch(sample: dict[str, np.ndarray]) -> Batch:
+def to_batch(sample: dict[str, np.ndarray]) -> Batch:
     return Batch(**{field: sample[field] for field in Batch._fields})
 
 
@@ -198,7 +198,7 @@ class Trainer:
         if loop.env_step < cfg.start_steps:
             loop.actions = self._random_actions()
             return
-        batches = _to_batch(self.buffer.sample(cfg.batch_size, cfg.utd))
+        batches = to_batch(self.buffer.sample(cfg.batch_size, cfg.utd))
         loop.states, actions, loop.keys, loop.metric_sums = self.train_step(
             loop.states, batches, loop.obs, loop.keys, loop.metric_sums
         )
@@ -242,7 +242,7 @@ class Trainer:
         returns = evaluate(self.eval_act, loop.states, self.eval_env, self.cfg.eval_episodes)
         self.files.write_eval(loop.env_step, returns, loop.wall_time)
         if self.diagnose is not None and len(self.buffer) >= self.cfg.batch_size:
-            batch = _to_batch(self.buffer.sample(self.cfg.batch_size, 1))
+            batch = to_batch(self.buffer.sample(self.cfg.batch_size, 1))
             batch = jax.tree.map(lambda x: x[:, 0], batch)
             values = jax.device_get(self.diagnose(loop.states, batch))
             self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))
@@ -317,25 +317,35 @@ class Trainer:
             print(f"resumed from the checkpoint at env step {loop.env_step}", file=sys.stderr)
         return loop
 
+    def iteration(self, loop: Loop, started: float) -> np.ndarray | None:
+        """One env step and everything due after it; the eval returns when it evaluated."""
+        cfg = self.cfg
+        ended = self.env_step(loop)
+        if self.intervention.schedule.due(loop.env_step):
+            loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
+            self.files.write_interventions(rows)
+        self.learn(loop)
+        loop.wall_time = time.time() - started
+        returns = None
+        if loop.env_step % cfg.log_every == 0:
+            self.log_train(loop)
+        if loop.env_step % cfg.eval_every == 0 or loop.env_step == cfg.max_steps:
+            returns = self.log_eval(loop)
+        if ended and loop.env_step - self.last_checkpoint >= cfg.checkpoint_every:
+            self.save(loop)
+        return returns
+
     def run(self) -> Loop:
+        """Train from a fresh start or the newest checkpoint to max_steps, then write done.json."""
         cfg = self.cfg
         loop = self.start()
         bar = tqdm(total=cfg.max_steps, initial=loop.env_step, unit="step", dynamic_ncols=True,
                    disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}")
         last_return, started = float("nan"), time.time() - loop.wall_time
         while loop.env_step < cfg.max_steps:
-            ended = self.env_step(loop)
-            if self.intervention.schedule.due(loop.env_step):
-                loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
-                self.files.write_interventions(rows)
-            self.learn(loop)
-            loop.wall_time = time.time() - started
-            if loop.env_step % cfg.log_every == 0:
-                self.log_train(loop)
-            if loop.env_step % cfg.eval_every == 0 or loop.env_step == cfg.max_steps:
-                last_return = float(np.mean(self.log_eval(loop)))
-            if ended and loop.env_step - self.last_checkpoint >= cfg.checkpoint_every:
-                self.save(loop)
+            returns = self.iteration(loop, started)
+            if returns is not None:
+                last_return = float(np.mean(returns))
             bar.update(1)
             if loop.env_step % 100 == 0:
                 bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)

@@ -1,0 +1,79 @@
+"""Shared measurement helpers for the benchmark scripts (run as `python benchmarks/<name>.py`)."""
+
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents.common import Batch
+
+
+def best_time(fn: Callable[[], object], repeats: int = 5, min_seconds: float = 0.2) -> float:
+    """Best seconds per call of `fn` (which must block until its result is ready)."""
+    fn()
+    calls = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if time.perf_counter() - start >= min_seconds / repeats:
+            break
+        calls *= 2
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
+    return min(times)
+
+
+def matmul_peak(sizes=(512, 1024, 2048)) -> tuple[float, int]:
+    """The best float32 matmul FLOP/s this machine reaches under jit, and the size reaching it."""
+    best = (0.0, 0)
+    for n in sizes:
+        a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+        b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+        mm = jax.jit(jnp.matmul)
+        seconds = best_time(lambda a=a, b=b, mm=mm: mm(a, b).block_until_ready())
+        best = max(best, (2.0 * n**3 / seconds, n))
+    return best
+
+
+def flops(compiled) -> float:
+    """FLOPs of a compiled XLA computation, from its cost analysis."""
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list | tuple):
+        cost = cost[0]
+    return float(cost["flops"])
+
+
+def random_batches(seeds: int, utd: int, batch: int, obs_dim: int, act_dim: int) -> Batch:
+    """Host (numpy) minibatches shaped (seeds, utd, batch, ...), as the replay buffer gives."""
+    rng = np.random.default_rng(0)
+    shape = (seeds, utd, batch)
+    return Batch(
+        observations=rng.normal(size=(*shape, obs_dim)).astype(np.float32),
+        actions=rng.uniform(-1, 1, size=(*shape, act_dim)).astype(np.float32),
+        rewards=rng.normal(size=shape).astype(np.float32),
+        next_observations=rng.normal(size=(*shape, obs_dim)).astype(np.float32),
+        masks=np.ones(shape, np.float32),
+    )
+
+
+def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int):
+    """(seed-updates/s, achieved FLOP/s) of the seed-vmapped, jitted UTD update.
+
+    FLOPs come from XLA's cost analysis of one gradient step (a UTD-1 update), times utd:
+    XLA counts a scan's body once, whatever its trip count.
+    """
+    init = jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim)))
+    states = init(jax.random.split(jax.random.key(0), seeds))
+    update = jax.jit(jax.vmap(agent.update))
+    one_step = random_batches(seeds, 1, batch, obs_dim, act_dim)
+    step_flops = flops(update.lower(states, one_step).compile())
+    batches = random_batches(seeds, utd, batch, obs_dim, act_dim)
+    seconds = best_time(lambda: jax.block_until_ready(update(states, batches)), repeats=3)
+    return seeds * utd / seconds, step_flops * utd / seconds
