@@ -1,0 +1,56 @@
+"""Interventions on parameter pytrees (SingularClip, resets), their schedules, and diagnostics.
+
+Everything here is a pure function of pytrees and knows nothing about SAC or BRO:
+
+    singular_clip(params, c, sides=, method=, ns_steps=)   clip every weight matrix's spectrum
+    get_part / map_parts / replace_parts(state, ...)       address agent-state parts by dot-path
+    fresh_reset / initial_reset                            SAC-style and BRO-style resets
+    make_schedule(every=, steps=), bro_reset_steps         when interventions fire (env steps)
+    weight_metrics, feature_metrics, clip_event_report     plasticity diagnostics
+"""
+
+from interventions.diagnostics import (
+    clip_event_report,
+    dormant_ratio,
+    feature_metrics,
+    srank,
+    weight_metrics,
+)
+from interventions.matrices import map_weight_matrices, weight_matrices
+from interventions.newton_schulz import DEFAULT_NS_STEPS, msign, ns_clip_matrices
+from interventions.parts import get_part, map_parts, part_paths, replace_parts
+from interventions.reset import fresh_reset, initial_reset
+from interventions.schedule import (
+    BRO_RESET_STEPS,
+    SAC_RESET_EVERY,
+    Schedule,
+    bro_reset_steps,
+    make_schedule,
+)
+from interventions.singular_clip import singular_clip, svd_clip_matrices
+
+__all__ = [
+    "BRO_RESET_STEPS",
+    "DEFAULT_NS_STEPS",
+    "SAC_RESET_EVERY",
+    "Schedule",
+    "bro_reset_steps",
+    "clip_event_report",
+    "dormant_ratio",
+    "feature_metrics",
+    "fresh_reset",
+    "get_part",
+    "initial_reset",
+    "make_schedule",
+    "map_parts",
+    "map_weight_matrices",
+    "msign",
+    "ns_clip_matrices",
+    "part_paths",
+    "replace_parts",
+    "singular_clip",
+    "srank",
+    "svd_clip_matrices",
+    "weight_matrices",
+    "weight_metrics",
+]

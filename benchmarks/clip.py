@@ -1,0 +1,206 @@
+"""Benchmark SingularClip: Newton-Schulz accuracy against a float64 SVD, and each method's cost.
+
+    python benchmarks/clip.py            # full tables (several minutes on 2 CPU cores)
+    python benchmarks/clip.py --quick    # small shapes, one seed, few repeats
+
+Prints (1) the relative Frobenius error of Newton-Schulz clipping at c = 2 per iteration count,
+on standard Gaussian and on trained-looking anisotropic matrices; (2) times of both methods per
+shape; (3) the time of one clip event on a whole SAC and a whole BRO-size network, and of the
+weight and feature diagnostics. Times are medians after jit warm-up, with block_until_ready.
+"""
+
+import argparse
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from interventions import DEFAULT_NS_STEPS, feature_metrics, singular_clip, weight_metrics
+from interventions.newton_schulz import ns_clip_matrices
+from interventions.singular_clip import svd_clip_matrices
+
+SHAPES = ((128, 128), (256, 256), (512, 512), (1024, 1024), (256, 512))
+QUICK_SHAPES = ((128, 128), (256, 512))
+OBS_DIM, ACT_DIM = 67, 21  # humanoid
+N_CRITICS, N_QUANTILES = 2, 100
+
+
+def gaussian(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    """Standard Gaussian entries (m, n), float32."""
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def anisotropic(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    """Trained-looking (m, n): a Marchenko-Pastur bulk with input scales spread over two decades,
+    plus three rank-one spikes, so singular values fall below 1/2 and above 2."""
+    m, n = shape
+    scales = np.exp(rng.uniform(np.log(0.1), np.log(10.0), n))
+    w = rng.standard_normal(shape) * scales / np.sqrt(m)
+    for strength in (10.0, 20.0, 30.0):
+        u, v = rng.standard_normal(m), rng.standard_normal(n)
+        w += strength * np.outer(u / np.linalg.norm(u), v / np.linalg.norm(v))
+    return w.astype(np.float32)
+
+
+def reference_clip(w: np.ndarray, lower: float, upper: float) -> np.ndarray:
+    """U clip(S) V^T in float64 numpy."""
+    u, s, vt = np.linalg.svd(w.astype(np.float64), full_matrices=False)
+    return (u * np.clip(s, lower, upper)) @ vt
+
+
+def timed(fn: Callable, *args, repeats: int) -> float:
+    """Median seconds of fn(*args) after one warm-up (compile) call."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def error_table(shapes, steps_list, seeds: int, c: float) -> None:
+    """Max over seeds of the relative Frobenius error (%) of Newton-Schulz clipping."""
+    print(f"\nNewton-Schulz relative Frobenius error vs float64 SVD, c = {c}, max of {seeds} seeds")
+    print(f"{'matrix':<12}{'shape':<13}" + "".join(f"{f'{k} it':>10}" for k in steps_list))
+    for kind in (gaussian, anisotropic):
+        for shape in shapes:
+            errors = np.zeros((seeds, len(steps_list)))
+            for seed in range(seeds):
+                w = kind(np.random.default_rng(seed), shape)
+                ref = reference_clip(w, 1.0 / c, c)
+                for j, steps in enumerate(steps_list):
+                    out = np.asarray(ns_clip_matrices(w, 1.0 / c, c, steps), np.float64)
+                    errors[seed, j] = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+            cells = "".join(f"{100 * e:>9.4f}%" for e in errors.max(axis=0))
+            print(f"{kind.__name__:<12}{str(shape):<13}{cells}")
+
+
+def method_times(shapes, repeats: int, c: float) -> None:
+    """Milliseconds per matrix for the SVD and Newton-Schulz (default steps) clips."""
+    svd = jax.jit(lambda w: svd_clip_matrices(w, 1.0 / c, c))
+    ns = jax.jit(lambda w: ns_clip_matrices(w, 1.0 / c, c, DEFAULT_NS_STEPS))
+    print(f"\nTime per matrix (ms), {jax.devices()[0].platform}, ns_steps = {DEFAULT_NS_STEPS}")
+    print(f"{'shape':<14}{'svd':>10}{'newton_schulz':>15}")
+    for shape in shapes:
+        w = jnp.asarray(gaussian(np.random.default_rng(0), shape))
+        t_svd, t_ns = timed(svd, w, repeats=repeats), timed(ns, w, repeats=repeats)
+        print(f"{str(shape):<14}{1e3 * t_svd:>10.2f}{1e3 * t_ns:>15.2f}")
+
+
+def dense(rng: np.random.Generator, lead: tuple, n_in: int, n_out: int, bias: bool = True):
+    layer = {"kernel": rng.standard_normal(lead + (n_in, n_out)).astype(np.float32) / n_in**0.5}
+    if bias:
+        layer["bias"] = np.zeros(lead + (n_out,), np.float32)
+    return layer
+
+
+def layer_norm(lead: tuple, n: int) -> dict:
+    return {"scale": np.ones(lead + (n,), np.float32), "bias": np.zeros(lead + (n,), np.float32)}
+
+
+def mlp(rng, lead: tuple, n_in: int, hidden: tuple[int, ...], n_out: int) -> dict:
+    """Dense -> LayerNorm per hidden layer, then a Dense head."""
+    params, sizes = {}, (n_in,) + hidden
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        params[f"Dense_{i}"] = dense(rng, lead, a, b)
+        params[f"LayerNorm_{i}"] = layer_norm(lead, b)
+    params[f"Dense_{len(hidden)}"] = dense(rng, lead, sizes[-1], n_out)
+    return params
+
+
+def bronet(rng, lead: tuple, n_in: int, width: int, depth: int, heads: dict[str, int]) -> dict:
+    """Dense(width) + LN, `depth` residual blocks of two Dense(width) + LN, then named heads."""
+    params = {"Dense_in": dense(rng, lead, n_in, width), "LayerNorm_in": layer_norm(lead, width)}
+    for i in range(depth):
+        block = {}
+        for j in range(2):
+            block[f"Dense_{j}"] = dense(rng, lead, width, width)
+            block[f"LayerNorm_{j}"] = layer_norm(lead, width)
+        params[f"Block_{i}"] = block
+    for name, n_out in heads.items():
+        params[name] = dense(rng, lead, width, n_out, bias=name != "shift")
+    return params
+
+
+def sac_network(rng, seeds: int) -> dict:
+    """SAC on humanoid: actor 256-256 (mean and log-std head), 2 critics and their target."""
+    lead = (seeds,)
+    critic = mlp(rng, lead + (N_CRITICS,), OBS_DIM + ACT_DIM, (256, 256), 1)
+    return {
+        "actor": mlp(rng, lead, OBS_DIM, (256, 256), 2 * ACT_DIM),
+        "critic": critic,
+        "target_critic": jax.tree.map(np.copy, critic),
+    }
+
+
+def bro_network(rng, seeds: int) -> dict:
+    """BRO on humanoid: 2 BroNet critics (512, depth 2, 100 quantiles) and their target, actor and
+    optimistic actor (256, depth 1)."""
+    lead = (seeds,)
+    critic = bronet(rng, lead + (N_CRITICS,), OBS_DIM + ACT_DIM, 512, 2, {"head": N_QUANTILES})
+    actor_heads = {"mean": ACT_DIM, "log_std": ACT_DIM}
+    return {
+        "actor": bronet(rng, lead, OBS_DIM, 256, 1, actor_heads),
+        "optimistic_actor": bronet(rng, lead, OBS_DIM + ACT_DIM, 256, 1, {"shift": ACT_DIM}),
+        "critic": critic,
+        "target_critic": jax.tree.map(np.copy, critic),
+    }
+
+
+def count_matrices(params) -> tuple[int, int]:
+    leaves = jax.tree_util.tree_leaves_with_path(params)
+    kernels = [x for p, x in leaves if p[-1].key == "kernel"]
+    return len(kernels), sum(x.size for x in kernels)
+
+
+def network_times(seeds: int, repeats: int, c: float) -> None:
+    """One clip event (all weight matrices) per method, and the diagnostics, in ms."""
+    rng = np.random.default_rng(0)
+    print(f"\nOne clip event on a whole network (ms), c = {c}, seeds = {seeds}")
+    print(f"{'network':<8}{'matrices':>10}{'weights':>11}{'svd':>10}{'newton_schulz':>15}")
+    for name, build in (("SAC", sac_network), ("BRO", bro_network)):
+        params = jax.tree.map(jnp.asarray, build(rng, seeds))
+        row = []
+        for method in ("svd", "newton_schulz"):
+            clip = jax.jit(lambda p, m=method: singular_clip(p, c, method=m))
+            row.append(timed(clip, params, repeats=repeats))
+        n, size = count_matrices(params)
+        print(f"{name:<8}{n:>10}{size:>11}{1e3 * row[0]:>10.2f}{1e3 * row[1]:>15.2f}")
+
+    params = jax.tree.map(jnp.asarray, sac_network(rng, seeds))
+    online = {"actor": params["actor"], "critic": params["critic"]}
+    batch = 256
+    features = {
+        "actor/Dense_0": jnp.asarray(rng.random((seeds, batch, 256), np.float32)),
+        "actor/Dense_1": jnp.asarray(rng.random((seeds, batch, 256), np.float32)),
+        "critic/Dense_0": jnp.asarray(rng.random((seeds, N_CRITICS, batch, 256), np.float32)),
+        "critic/Dense_1": jnp.asarray(rng.random((seeds, N_CRITICS, batch, 256), np.float32)),
+    }
+    t_w = timed(jax.jit(weight_metrics), online, repeats=repeats)
+    t_f = timed(jax.jit(feature_metrics), features, repeats=repeats)
+    print(
+        f"\nSAC diagnostics (ms): weight_metrics {1e3 * t_w:.2f}, "
+        f"feature_metrics on a {batch}-batch {1e3 * t_f:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes, one seed")
+    parser.add_argument("--seeds", type=int, default=1, help="seed axis of the network params")
+    parser.add_argument("--c", type=float, default=2.0, help="clip factor for the error table")
+    args = parser.parse_args()
+
+    shapes = QUICK_SHAPES if args.quick else SHAPES
+    steps_list = (8, DEFAULT_NS_STEPS) if args.quick else (8, 10, 12, 14, 16, 20, 24)
+    error_table(shapes, sorted(set(steps_list)), seeds=1 if args.quick else 3, c=args.c)
+    repeats = 3 if args.quick else 10
+    method_times(shapes, repeats, c=args.c)
+    network_times(args.seeds, repeats, c=4.0)
+
+
+if __name__ == "__main__":
+    main()

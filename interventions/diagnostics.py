@@ -1,0 +1,101 @@
+"""Plasticity diagnostics (SPEC.md): weight-matrix spectra, srank and dormant units of features.
+
+All functions are jittable and keep leading batch axes (seeds, ensemble members): a metric of a
+kernel of shape (seeds, ensemble, m, n) has shape (seeds, ensemble).
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from interventions.linalg import singular_values
+from interventions.matrices import weight_matrices
+
+PyTree = Any
+Metrics = dict[str, dict[str, jax.Array]]
+SRANK_THRESHOLD = 0.99
+DORMANT_TAUS = (0.0, 0.025)
+
+
+def spectrum_metrics(s: jax.Array) -> dict[str, jax.Array]:
+    """cond, stable_rank, sigma_max, sigma_min, fro from descending singular values (..., k)."""
+    sigma_max, sigma_min = s[..., 0], s[..., -1]
+    sq = jnp.sum(jnp.square(s), axis=-1)
+    return {
+        "cond": sigma_max / sigma_min,
+        "stable_rank": sq / jnp.square(sigma_max),
+        "sigma_max": sigma_max,
+        "sigma_min": sigma_min,
+        "fro": jnp.sqrt(sq),
+    }
+
+
+def weight_metrics(params: PyTree, conv_spatial_ndim: int = 2) -> Metrics:
+    """Spectral metrics of each weight matrix, keyed by layer path (e.g. "VmapCritic_0/Dense_1")."""
+    return {
+        name: spectrum_metrics(singular_values(w))
+        for name, w in weight_matrices(params, conv_spatial_ndim).items()
+    }
+
+
+def srank(features: jax.Array, threshold: float = SRANK_THRESHOLD) -> jax.Array:
+    """Smallest k with sum_{i<=k} sigma_i >= threshold * sum(sigma), for (..., batch, units).
+
+    0 for an all-zero feature matrix.
+    """
+    s = singular_values(features)
+    total = jnp.sum(s, axis=-1, keepdims=True)
+    short = jnp.cumsum(s, axis=-1) < threshold * total
+    k = jnp.sum(short, axis=-1) + 1
+    return jnp.where(total[..., 0] > 0, k, 0)
+
+
+def dormant_ratio(features: jax.Array, tau: float) -> jax.Array:
+    """Fraction of units whose mean |activation| over the batch, divided by the layer's mean over
+    units, is <= tau; features (..., batch, units). An all-zero layer is fully dormant."""
+    unit = jnp.mean(jnp.abs(features), axis=-2)
+    layer = jnp.mean(unit, axis=-1, keepdims=True)
+    score = jnp.where(layer > 0, unit / jnp.where(layer > 0, layer, 1.0), 0.0)
+    return jnp.mean(score <= tau, axis=-1)
+
+
+def dormant_key(tau: float) -> str:
+    """Metric name for a dormant threshold: 0 -> "dormant_tau0", 0.025 -> "dormant_tau0.025"."""
+    return f"dormant_tau{tau:g}"
+
+
+def feature_metrics(
+    features: Mapping[str, jax.Array],
+    taus: Sequence[float] = DORMANT_TAUS,
+    srank_threshold: float = SRANK_THRESHOLD,
+) -> Metrics:
+    """Per hidden layer (features (..., batch, units)), its srank and dormant ratios."""
+    out = {}
+    for name, h in features.items():
+        metrics = {"srank": srank(h, srank_threshold)}
+        metrics.update({dormant_key(tau): dormant_ratio(h, tau) for tau in taus})
+        out[name] = metrics
+    return out
+
+
+def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2) -> Metrics:
+    """Per weight matrix: fro_change ||after - before||_F, cond_before and cond_after."""
+    old = weight_matrices(before, conv_spatial_ndim)
+    new = weight_matrices(after, conv_spatial_ndim)
+    if old.keys() != new.keys():
+        raise ValueError(
+            f"before and after have different layers: {sorted(old)} vs {sorted(new)}; "
+            "pass the same part of the state before and after the event"
+        )
+    report = {}
+    for name, w in old.items():
+        s_old, s_new = singular_values(w), singular_values(new[name])
+        change = jnp.asarray(new[name], jnp.float32) - jnp.asarray(w, jnp.float32)
+        report[name] = {
+            "fro_change": jnp.sqrt(jnp.sum(jnp.square(change), axis=(-2, -1))),
+            "cond_before": s_old[..., 0] / s_old[..., -1],
+            "cond_after": s_new[..., 0] / s_new[..., -1],
+        }
+    return report

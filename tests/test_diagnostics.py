@@ -1,0 +1,152 @@
+"""Spectral diagnostics against direct numpy computations and hand-built cases."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from interventions import (
+    clip_event_report,
+    dormant_ratio,
+    feature_metrics,
+    singular_clip,
+    srank,
+    weight_metrics,
+)
+
+RTOL = 1e-4
+
+
+def np_weight_metrics(w: np.ndarray) -> dict[str, np.ndarray]:
+    s = np.linalg.svd(w.astype(np.float64), compute_uv=False)
+    return {
+        "cond": s[..., 0] / s[..., -1],
+        "stable_rank": (s**2).sum(-1) / s[..., 0] ** 2,
+        "sigma_max": s[..., 0],
+        "sigma_min": s[..., -1],
+        "fro": np.sqrt((w.astype(np.float64) ** 2).sum((-2, -1))),
+    }
+
+
+def np_srank(h: np.ndarray, threshold: float = 0.99) -> int:
+    s = np.linalg.svd(h.astype(np.float64), compute_uv=False)
+    for k in range(1, len(s) + 1):
+        if s[:k].sum() >= threshold * s.sum():
+            return k
+    raise AssertionError("unreachable")
+
+
+def np_dormant(h: np.ndarray, tau: float) -> float:
+    unit = np.abs(h).mean(axis=0)
+    return float(np.mean(unit / unit.mean() <= tau))
+
+
+def params(rng) -> dict:
+    return {
+        "actor": {
+            "params": {
+                "Dense_0": {"kernel": rng.standard_normal((3, 6, 4)), "bias": np.zeros((3, 4))},
+                "LayerNorm_0": {"scale": np.ones((3, 4))},
+            }
+        },
+        "critic": {
+            "params": {
+                "VmapCritic_0": {"Dense_0": {"kernel": rng.standard_normal((3, 2, 5, 7))}},
+                "Conv_0": {"kernel": rng.standard_normal((3, 3, 3, 2, 4))},
+            }
+        },
+    }
+
+
+def test_weight_metrics_match_numpy():
+    tree = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params(np.random.default_rng(0)))
+    metrics = jax.jit(weight_metrics)(tree)
+    views = {
+        "actor/Dense_0": tree["actor"]["params"]["Dense_0"]["kernel"],
+        "critic/VmapCritic_0/Dense_0": tree["critic"]["params"]["VmapCritic_0"]["Dense_0"][
+            "kernel"
+        ],
+        "critic/Conv_0": tree["critic"]["params"]["Conv_0"]["kernel"].reshape(3, 18, 4),
+    }
+    assert set(metrics) == set(views)
+    for name, w in views.items():
+        expected = np_weight_metrics(np.asarray(w))
+        assert set(metrics[name]) == set(expected)
+        for metric, value in expected.items():
+            assert metrics[name][metric].shape == value.shape == w.shape[:-2]
+            np.testing.assert_allclose(metrics[name][metric], value, rtol=RTOL)
+
+
+def test_weight_metrics_hand_built():
+    w = np.diag([4.0, 2.0, 1.0]).astype(np.float32)
+    m = weight_metrics({"Dense_0": {"kernel": jnp.asarray(w)}})["Dense_0"]
+    np.testing.assert_allclose(m["cond"], 4.0, rtol=RTOL)
+    np.testing.assert_allclose(m["stable_rank"], 21.0 / 16.0, rtol=RTOL)
+    np.testing.assert_allclose(m["fro"], np.sqrt(21.0), rtol=RTOL)
+
+
+def test_srank_and_dormant_match_numpy():
+    rng = np.random.default_rng(1)
+    h = np.maximum(rng.standard_normal((3, 2, 64, 16)) * rng.uniform(0, 3, 16), 0)
+    h[..., 5] = 0.0
+    h[0, 1, :, :8] = h[0, 1, :, 8:] @ rng.standard_normal((8, 8))
+    got = feature_metrics({"critic/Dense_0": jnp.asarray(h, jnp.float32)})["critic/Dense_0"]
+    assert set(got) == {"srank", "dormant_tau0", "dormant_tau0.025"}
+    for idx in np.ndindex(3, 2):
+        assert int(got["srank"][idx]) == np_srank(h[idx])
+        for tau in (0.0, 0.025):
+            np.testing.assert_allclose(got[f"dormant_tau{tau:g}"][idx], np_dormant(h[idx], tau))
+
+
+def test_srank_hand_built():
+    rng = np.random.default_rng(2)
+    q = np.linalg.qr(rng.standard_normal((50, 10)))[0]
+    low_rank = rng.standard_normal((50, 3)) @ rng.standard_normal((3, 10))
+    assert int(srank(jnp.asarray(low_rank, jnp.float32))) <= 3
+    assert int(srank(jnp.asarray(q, jnp.float32))) == 10
+    dominated = q * np.array([1000.0] + [1.0] * 9)
+    # singular values 1000, 1 x 9: cumulative sums 1000 + (k - 1) out of 1009
+    assert int(srank(jnp.asarray(dominated, jnp.float32))) == 1
+    assert int(srank(jnp.asarray(dominated, jnp.float32), threshold=0.999)) == 9
+    assert int(srank(jnp.asarray(dominated, jnp.float32), threshold=0.9995)) == 10
+    assert int(srank(jnp.zeros((8, 4)))) == 0
+
+
+def test_dormant_hand_built():
+    h = np.ones((10, 4), np.float32)
+    h[:, 0] = 0.0
+    h[:, 1] = 0.01
+    # unit means (0, 0.01, 1, 1), layer mean 0.5025: scores 0, 0.0199, 1.99, 1.99
+    assert float(dormant_ratio(jnp.asarray(h), 0.0)) == 0.25
+    assert float(dormant_ratio(jnp.asarray(h), 0.025)) == 0.5
+    assert float(dormant_ratio(jnp.asarray(-h), 0.025)) == 0.5
+    assert float(dormant_ratio(jnp.zeros((5, 3)), 0.0)) == 1.0
+    keys = feature_metrics({"h": jnp.asarray(h)}, taus=(0.0, 0.1))["h"].keys()
+    assert set(keys) == {"srank", "dormant_tau0", "dormant_tau0.1"}
+
+
+@pytest.mark.parametrize("c", [1.5, 4.0])
+def test_clip_event_report(c):
+    tree = jax.tree.map(lambda x: jnp.asarray(5 * x, jnp.float32), params(np.random.default_rng(3)))
+    after = singular_clip(tree, c)
+    report = jax.jit(clip_event_report)(tree, after)
+    pairs = {
+        "actor/Dense_0": lambda t: t["actor"]["params"]["Dense_0"]["kernel"],
+        "critic/Conv_0": lambda t: t["critic"]["params"]["Conv_0"]["kernel"].reshape(3, 18, 4),
+    }
+    for name, get in pairs.items():
+        old, new = np.asarray(get(tree), np.float64), np.asarray(get(after), np.float64)
+        np.testing.assert_allclose(
+            report[name]["fro_change"], np.sqrt(((new - old) ** 2).sum((-2, -1))), rtol=RTOL
+        )
+        np.testing.assert_allclose(
+            report[name]["cond_before"], np_weight_metrics(old)["cond"], rtol=RTOL
+        )
+        np.testing.assert_allclose(
+            report[name]["cond_after"], np_weight_metrics(new)["cond"], rtol=RTOL
+        )
+        assert np.all(np.asarray(report[name]["cond_after"]) <= c**2 * (1 + 1e-4))
+    unchanged = clip_event_report(tree, tree)
+    assert all(float(jnp.max(m["fro_change"])) == 0.0 for m in unchanged.values())
+    with pytest.raises(ValueError, match="different layers"):
+        clip_event_report(tree, {"actor": after["actor"]})
