@@ -267,7 +267,6 @@ class Trainer:
             "offsets": self.files.offsets(),
             "buffer_scalars": buffer_scalars,
             "random_actions": self.random_actions.bit_generator.state,
-            "host_shapes": {k: [list(v.shape), v.dtype.str] for k, v in host.items()},
         }
         self.checkpointer.save(loop.env_step, device, host, meta)
         self.last_checkpoint = loop.env_step

@@ -1,0 +1,83 @@
+"""Checkpointer: exact round trip (typed PRNG keys included), keep-last-2, and corrupt files
+detected with a fall back to the previous checkpoint."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from launch.checkpoint import CheckpointCorrupt, Checkpointer
+
+
+def device_tree(value: float):
+    return {"params": {"w": jnp.full((3, 4), value)}, "rng": jax.random.key(int(value)),
+            "step": jnp.int32(value)}
+
+
+def host_arrays(value: float):
+    return {"buffer/observations": np.full((2, 100, 5), value, np.float32),
+            "buffer/terminated": np.zeros((2, 100), bool), "obs": np.full((2, 5), value)}
+
+
+def assert_same(a, b):
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(leaves_a) == len(leaves_b)
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.fixture
+def saved(tmp_path):
+    ckpt = Checkpointer(str(tmp_path / "checkpoints"))
+    for step in (1, 2, 3):
+        ckpt.save(step, device_tree(step), host_arrays(step), {"env_step": step})
+    return ckpt
+
+
+def test_round_trip_and_keep_last_two(saved):
+    assert saved.steps() == [2, 3]
+    device, host, meta = saved.restore_latest(device_tree(0.0))
+    assert meta == {"env_step": 3}
+    assert_same(device, device_tree(3))
+    assert set(host) == set(host_arrays(3))
+    for name, array in host_arrays(3).items():
+        np.testing.assert_array_equal(host[name], array)
+        assert host[name].dtype == array.dtype
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip a byte"])
+def test_corrupt_host_file_falls_back_to_previous(saved, damage, capsys):
+    host_dir = os.path.join(saved.directory, "3", "host")
+    biggest = max((os.path.join(host_dir, f) for f in os.listdir(host_dir) if f.endswith(".npy")),
+                  key=os.path.getsize)
+    size = os.path.getsize(biggest)
+    with open(biggest, "r+b") as f:
+        if damage == "truncate":
+            f.truncate(size - 7)
+        else:
+            f.seek(size - 10)
+            byte = f.read(1)
+            f.seek(size - 10)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    device, host, meta = saved.restore_latest(device_tree(0.0))
+    assert meta["env_step"] == 2
+    assert_same(device, device_tree(2))
+    err = capsys.readouterr().err
+    assert "checkpoint at env step 3" in err and "cannot be restored" in err
+    assert saved.steps() == [2]
+    assert os.path.isdir(os.path.join(saved.directory, "corrupt_3"))
+
+
+def test_all_corrupt_is_an_error(saved):
+    for step in saved.steps():
+        os.remove(os.path.join(saved.directory, str(step), "host", "index.json"))
+    with pytest.raises(CheckpointCorrupt, match="none of the checkpoints"):
+        saved.restore_latest(device_tree(0.0))
+
+
+def test_empty_directory_restores_nothing(tmp_path):
+    assert Checkpointer(str(tmp_path / "none")).restore_latest(device_tree(0.0)) is None
