@@ -27,11 +27,27 @@ def returns(path):
     return [(r["env_step"], r["seed"], r["return"]) for r in read_csv(path / "eval.csv")]
 
 
-@pytest.fixture(scope="module", params=["reset", "clip"])
-def uninterrupted(request, tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("full")
-    run("run_sac.py", *ARGS, f"--intervention={request.param}", f"--logdir={logdir}")
-    return request.param, returns(run_dir(logdir, request.param))
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Eval returns of uninterrupted runs, per intervention (computed once, on demand)."""
+    cache = {}
+
+    def returns_of(intervention):
+        if intervention not in cache:
+            logdir = tmp_path_factory.mktemp(f"full-{intervention}")
+            run("run_sac.py", *ARGS, f"--intervention={intervention}", f"--logdir={logdir}")
+            cache[intervention] = returns(run_dir(logdir, intervention))
+        return cache[intervention]
+
+    return returns_of
+
+
+def kill_while_saving(args, nth: int):
+    """Run with `args`, SIGKILLed in the middle of writing its `nth` checkpoint."""
+    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), str(nth),
+                             script("run_sac.py"), *args], cwd=REPO, capture_output=True,
+                            env={**os.environ, "MUJOCO_GL": "egl"}, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
 
 
 def wait_for_checkpoint(directory, proc, timeout=120):
@@ -46,7 +62,7 @@ def wait_for_checkpoint(directory, proc, timeout=120):
 
 
 def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tmp_path):
-    intervention, expected = uninterrupted
+    intervention = "reset"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
     env = {**os.environ, "MUJOCO_GL": "egl", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO, env=env,
@@ -59,46 +75,37 @@ def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tm
     killed_at = len(read_csv(run_dir(tmp_path, intervention) / "eval.csv"))
     resumed = run("run_sac.py", *args)
     got = returns(run_dir(tmp_path, intervention))
-    assert got == expected, f"killed {delay:.2f}s after the first checkpoint ({killed_at} rows)"
-    if killed_at < len(expected):
+    assert got == uninterrupted(intervention), (
+        f"killed {delay:.2f}s after the first checkpoint ({killed_at} rows)")
+    if killed_at < len(got):
         assert "resumed from the checkpoint" in resumed.stderr
 
 
 def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(uninterrupted, tmp_path):
-    intervention, expected = uninterrupted
+    intervention = "clip"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
-    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "3",
-                             script("run_sac.py"), *args], cwd=REPO, capture_output=True,
-                            env={**os.environ, "MUJOCO_GL": "egl"}, text=True)
-    assert killed.returncode == -signal.SIGKILL
+    kill_while_saving(args, 3)
     checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
     assert sorted(os.listdir(checkpoints)) == ["125", "250", "375.orbax-checkpoint-tmp"]
     resumed = run("run_sac.py", *args)
     assert "resumed from the checkpoint at env step 250" in resumed.stderr
-    assert returns(run_dir(tmp_path, intervention)) == expected
+    assert returns(run_dir(tmp_path, intervention)) == uninterrupted(intervention)
 
 
 def test_corrupt_latest_checkpoint_falls_back_to_previous(uninterrupted, tmp_path):
-    intervention, expected = uninterrupted
-    if intervention != "reset":
-        pytest.skip("one intervention is enough for this case")
+    intervention = "clip"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
-    run("run_sac.py", *args, "--max_steps=500")
-    directory = run_dir(tmp_path, intervention)
-    # The 500-step run is another config; make it the same run stopped at 500 steps.
-    (directory / "done.json").unlink()
-    config = (directory / "config.json").read_text()
-    (directory / "config.json").write_text(config.replace('"max_steps": 500', '"max_steps": 1000'))
-    latest = directory / "checkpoints" / "500"
+    kill_while_saving(args, 3)
+    latest = run_dir(tmp_path, intervention) / "checkpoints" / "250"
     for root, _, files in os.walk(latest / "device"):
         for name in files:
             path = os.path.join(root, name)
             with open(path, "r+b") as f:
                 f.truncate(os.path.getsize(path) // 2)
     resumed = run("run_sac.py", *args)
-    assert "checkpoint at env step 500" in resumed.stderr and "cannot be restored" in resumed.stderr
-    assert "resumed from the checkpoint at env step 375" in resumed.stderr
-    assert returns(directory) == expected
+    assert "checkpoint at env step 250" in resumed.stderr and "cannot be restored" in resumed.stderr
+    assert "resumed from the checkpoint at env step 125" in resumed.stderr
+    assert returns(run_dir(tmp_path, intervention)) == uninterrupted(intervention)
 
 
 def test_divergence_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path):
