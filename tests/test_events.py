@@ -1,0 +1,64 @@
+"""The intervention events of the training loop: BRO-style resets restore the run's first
+state bit for bit, SAC-style resets draw new weights, and both keep every other part."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from agents import make_agent
+from agents.common import Batch
+from agents.sac import SACConfig
+from launch.config import TrainConfig
+from launch.events import build_intervention
+
+OBS, ACT = 4, 2
+
+
+def leaves(tree):
+    as_data = lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(
+        x.dtype, jax.dtypes.prng_key) else x
+    return [np.asarray(as_data(x)) for x in jax.tree.leaves(tree)]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
+    init_fn = jax.jit(jax.vmap(lambda k: agent.init(k, OBS, ACT)))
+    keys = jax.numpy.stack([jax.random.key(s) for s in (0, 1)])
+    first = init_fn(keys)
+    rng = np.random.default_rng(0)
+    # Train a few steps so the state differs from its initial value everywhere.
+    batches = Batch(*(np.asarray(rng.normal(size=shape), np.float32) for shape in [
+        (2, 3, 8, OBS), (2, 3, 8, ACT), (2, 3, 8), (2, 3, 8, OBS), (2, 3, 8)]))
+    trained, _ = jax.jit(jax.vmap(agent.update))(first, batches)
+    return agent, init_fn, keys, first, trained
+
+
+def event(agent, init_fn, keys, reset_to):
+    agent = agent._replace(reset_to=reset_to)
+    cfg = TrainConfig(intervention="reset", intervention_every=100, num_seeds=2)
+    return build_intervention(agent, cfg, init_fn, keys)
+
+
+def test_initial_reset_restores_the_first_state_bit_for_bit(setup):
+    agent, init_fn, keys, first, trained = setup
+    new, rows = event(agent, init_fn, keys, "initial").apply(trained, 100)
+    for part in ("actor", "critic", "target_critic_params", "temp"):
+        for a, b in zip(leaves(getattr(new, part)), leaves(getattr(first, part)), strict=True):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(leaves(new.rng), leaves(trained.rng), strict=True):
+        np.testing.assert_array_equal(a, b)  # not a reset part: untouched
+    assert {r[2] for r in rows} == {"reset"} and {r[1] for r in rows} == {0, 1}
+
+
+def test_fresh_reset_draws_new_weights(setup):
+    agent, init_fn, keys, first, trained = setup
+    new, _ = event(agent, init_fn, keys, "fresh").apply(trained, 100)
+    again, _ = event(agent, init_fn, keys, "fresh").apply(trained, 200)
+    kernel = lambda s: np.asarray(s.actor.params["MLP_0"]["Dense_0"]["kernel"])
+    assert not np.allclose(kernel(new), kernel(first))
+    assert not np.allclose(kernel(new), kernel(trained))
+    assert not np.allclose(kernel(new), kernel(again)), "each event draws its own weights"
+    assert int(new.temp.step[0]) == 0 and int(trained.temp.step[0]) == 3
