@@ -104,7 +104,7 @@ class OptimisticActor(nn.Module):
         shift = nn.Dense(
             mean_c.shape[-1],
             use_bias=False,
-            kernel_init=nn.initializers.orthogonal(self.shift_init_scale),
+            kernel_init=default_init(self.shift_init_scale),
             name="shift",
         )(x)
         return mean_c + shift, log_std_c + jnp.log(self.std_multiplier)

@@ -9,6 +9,7 @@ import pytest
 
 from agents.common import sow_features
 from networks import BroActor, BroNet, Ensemble, OptimisticActor, QuantileCritic
+from networks.common import orthogonal
 
 IN, WIDTH, BATCH = 7, 12, 5
 
@@ -83,6 +84,14 @@ def test_kernels_are_orthogonal_with_scale_sqrt2():
             continue
         s = np.linalg.svd(np.asarray(kernel), compute_uv=False)
         np.testing.assert_allclose(s, np.sqrt(2.0), rtol=1e-5, err_msg=str(path))
+
+
+@pytest.mark.parametrize("shape", [(7, 12), (12, 7), (300, 300), (3, 3, 4, 8)])
+def test_orthogonal_init_equals_lapack_qr_init(shape):
+    """The Householder QR gives jax's orthogonal initialiser's matrices (same draws)."""
+    ours = orthogonal(1.5)(jax.random.key(3), shape)
+    lapack = jax.nn.initializers.orthogonal(1.5)(jax.random.key(3), shape)
+    np.testing.assert_allclose(ours, lapack, atol=2e-5)
 
 
 def test_quantile_critic_ensemble_shapes_and_independence():
