@@ -120,3 +120,17 @@ def test_solves_a_one_step_bandit():
     )
     greedy = agent.act(state, jnp.zeros((1, 1)), None, True)
     assert abs(float(greedy[0, 0]) - 0.5) < 0.1
+
+
+def test_orthogonal_init_under_vmap():
+    """Kernels are orthogonal times sqrt(2), also for the vmapped critic ensemble and seeds."""
+    keys = jax.random.split(jax.random.key(0), 3)
+    states = jax.vmap(lambda k: sac.init(k, OBS, ACT, SMALL))(keys)
+    wide = states.critic.params["net"]["MLP_0"]["Dense_1"]["kernel"]  # (seeds, critics, 32, 32)
+    assert wide.shape == (3, 2, 32, 32)
+    gram = jnp.einsum("...ij,...ik->...jk", wide, wide)
+    np.testing.assert_allclose(gram, 2.0 * jnp.broadcast_to(jnp.eye(32), gram.shape), atol=1e-4)
+    assert not np.allclose(wide[0, 0], wide[0, 1]) and not np.allclose(wide[0, 0], wide[1, 0])
+    tall = states.actor.params["MLP_0"]["Dense_0"]["kernel"]  # (seeds, 5, 32): orthonormal rows
+    rows = jnp.einsum("...ij,...kj->...ik", tall, tall)
+    np.testing.assert_allclose(rows, 2.0 * jnp.broadcast_to(jnp.eye(OBS), rows.shape), atol=1e-4)
