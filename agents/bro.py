@@ -131,10 +131,6 @@ def networks(config: BROConfig, act_dim: int) -> tuple[nn.Module, nn.Module, nn.
     return actor, optimistic, critic
 
 
-def _scalar(init_value: float, config: BROConfig) -> BoundedScalar:
-    return BoundedScalar(init_value, config.scalar_log_min, config.scalar_log_max)
-
-
 def init(key: jax.Array, obs_dim: int, act_dim: int, config: BROConfig) -> BROState:
     """Fresh agent state; every network initialised from `key`; target critic = critic."""
     actor_net, optimistic_net, critic_net = networks(config, act_dim)
@@ -155,16 +151,18 @@ def init(key: jax.Array, obs_dim: int, act_dim: int, config: BROConfig) -> BROSt
     def scalar(module, lr, b1):
         return train_state(module.apply, module.init(k_rng)["params"], optax.adam(lr, b1=b1))
 
+    def bounded(init_value):
+        module = BoundedScalar(init_value, config.scalar_log_min, config.scalar_log_max)
+        return scalar(module, config.scalar_lr, config.scalar_b1)
+
     return BROState(
         actor=actor,
         optimistic_actor=optimistic,
         critic=critic,
         target_critic_params=critic_params,
         temp=scalar(Temperature(config.init_temperature), config.temp_lr, config.temp_b1),
-        optimism=scalar(_scalar(config.init_optimism, config), config.scalar_lr, config.scalar_b1),
-        kl_weight=scalar(
-            _scalar(config.init_kl_weight, config), config.scalar_lr, config.scalar_b1
-        ),
+        optimism=bounded(config.init_optimism),
+        kl_weight=bounded(config.init_kl_weight),
         rng=k_rng,
         step=jnp.zeros((), jnp.int32),
         target_entropy=jnp.asarray(-config.target_entropy_scale * act_dim, jnp.float32),
@@ -190,8 +188,9 @@ def _conservative(state: BROState, params, obs: jax.Array) -> tuple[jax.Array, j
     return state.actor.apply_fn({"params": params}, obs)
 
 
-def _optimistic(state: BROState, params, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _optimistic(state: BROState, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
     mean_c, log_std_c = _conservative(state, state.actor.params, obs)
+    params = state.optimistic_actor.params
     return state.optimistic_actor.apply_fn({"params": params}, obs, mean_c, log_std_c)
 
 
@@ -200,7 +199,7 @@ def act(state: BROState, obs: jax.Array, key: jax.Array, deterministic: bool) ->
     collection), or tanh of the conservative mean when deterministic (evaluation)."""
     if deterministic:
         return jnp.tanh(_conservative(state, state.actor.params, obs)[0])
-    mean_o, log_std_o = _optimistic(state, state.optimistic_actor.params, obs)
+    mean_o, log_std_o = _optimistic(state, obs)
     return tanh_gaussian_sample(key, mean_o, log_std_o)[0]
 
 

@@ -62,6 +62,7 @@ def value(scalar):
 def np_quantile_huber(pred, target, taus, kappa):
     """SPEC.md's quantile Huber loss with explicit loops, float64."""
     (batch, n), m = pred.shape, target.shape[1]
+    taus = np.asarray(taus, np.float64)
     total = 0.0
     for b in range(batch):
         for j in range(m):
@@ -80,6 +81,23 @@ def test_quantile_huber_loss_matches_numpy(kappa):
     taus = np.asarray(bro.quantile_midpoints(5))
     got = bro.quantile_huber_loss(jnp.asarray(pred), jnp.asarray(target), jnp.asarray(taus), kappa)
     assert float(got) == pytest.approx(np_quantile_huber(pred, target, taus, kappa), rel=1e-5)
+
+
+def test_quantile_huber_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    pred = rng.normal(0, 2, (2, 4)).astype(np.float32)
+    target = rng.normal(0, 2, (2, 5)).astype(np.float32)
+    taus = np.asarray(bro.quantile_midpoints(4))
+    grad = jax.grad(bro.quantile_huber_loss)(jnp.asarray(pred), jnp.asarray(target),
+                                             jnp.asarray(taus), 0.7)
+    numeric = np.zeros(pred.shape)
+    for idx in np.ndindex(pred.shape):
+        step = np.zeros(pred.shape)
+        step[idx] = 1e-4
+        up = np_quantile_huber(pred + step, target, taus, 0.7)
+        down = np_quantile_huber(pred - step, target, taus, 0.7)
+        numeric[idx] = (up - down) / 2e-4
+    np.testing.assert_allclose(grad, numeric, atol=1e-4)
 
 
 def test_quantile_midpoints():
