@@ -31,7 +31,7 @@ def _sac(config: "sac.SACConfig") -> Agent:
     return Agent(
         name="sac",
         config=config,
-        init=functools.partial(_init, sac.init, config=config),
+        init=functools.partial(sac.init, config=config),
         act=sac.act,
         update=functools.partial(sac.update, config=config),
         features=sac.features,
@@ -46,7 +46,7 @@ def _bro(config: "bro.BROConfig") -> Agent:
     return Agent(
         name="bro",
         config=config,
-        init=functools.partial(_init, bro.init, config=config),
+        init=functools.partial(bro.init, config=config),
         act=bro.act,
         update=functools.partial(bro.update, config=config),
         features=bro.features,
@@ -68,10 +68,6 @@ def _bro(config: "bro.BROConfig") -> Agent:
         ),
         reset_to="initial",
     )
-
-
-def _init(init_fn, key, obs_dim, act_dim, config):
-    return init_fn(key, obs_dim, act_dim, config)
 
 
 AGENTS: dict[str, tuple[type, Callable[[Any], Agent]]] = {
