@@ -17,7 +17,7 @@ from absl import app, flags
 from agents import bro
 from envs import make_env
 from interventions import bro_reset_steps
-from launch import runner
+from launch import config, runner
 from launch.config import TrainConfig, define_flags
 
 BRO_DEFAULTS = TrainConfig(agent="bro", utd=10, batch_size=128, start_steps=2_500,
@@ -58,6 +58,7 @@ _HELP = {
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
 
 define_flags(BRO_DEFAULTS)
+flags.adopt_module_key_flags(config)  # the shared flags show in --help
 for _name, _help in _HELP.items():
     _DEFINE[type(getattr(_DEFAULT, _name))](_name, getattr(_DEFAULT, _name), _help)
 
@@ -92,4 +93,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=runner.parse_flags)

@@ -72,3 +72,16 @@ def test_resume_never_refuses_an_existing_run_and_must_needs_a_checkpoint(tmp_pa
     proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--resume=must", check=False,
                timeout=60)
     assert proc.returncode == 2 and "--resume=must but there is no checkpoint" in proc.stderr
+
+
+BRO_CASES = [(["--utd=ten"], "flag --utd=ten"),
+             (["--env=dog-rn"], "did you mean 'dog-run'?"),
+             (["--critic_width=0"], "critic_width must be positive")]
+
+
+@pytest.mark.parametrize("args, expected", BRO_CASES)
+def test_run_bro_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
+    proc = run("run_bro.py", f"--logdir={tmp_path}/runs", *args, check=False, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
