@@ -15,7 +15,7 @@ import time
 import jax
 import numpy as np
 from absl import app, flags
-from bench_utils import matmul_peak, update_throughput
+from bench_utils import best_time, matmul_peak, update_throughput
 
 from agents import make_agent
 from envs import make_vector_env
@@ -63,6 +63,7 @@ def end_to_end(utd: int, steps: int, start_steps: int) -> dict[str, float]:
         start = time.perf_counter()
         evaluate(trainer.eval_act, loop.states, trainer.eval_env, cfg.eval_episodes)
         eval_seconds = time.perf_counter() - start
+        diagnose_seconds = best_time(lambda: trainer.log_diagnostics(loop), repeats=3)
         batch = to_batch(trainer.buffer.sample(cfg.batch_size, utd))
         start = time.perf_counter()
         for _ in range(steps):
@@ -72,7 +73,7 @@ def end_to_end(utd: int, steps: int, start_steps: int) -> dict[str, float]:
         update_seconds = time.perf_counter() - start
     env_seconds = steps / env_steps_per_second(FLAGS.env, steps)
     return {"loop": loop_seconds, "env": env_seconds, "update": update_seconds,
-            "eval": eval_seconds, "steps": steps}
+            "eval": eval_seconds, "diagnose": diagnose_seconds, "steps": steps}
 
 
 def main(_):
@@ -96,6 +97,10 @@ def main(_):
               f"loop {r['loop']:.2f} s vs env {r['env']:.2f} s + update {r['update']:.2f} s + "
               f"eval {r['eval']:.2f} s measured apart: the loop adds "
               f"{100 * (r['loop'] / parts - 1):+.1f} %")
+        interval = TrainConfig().eval_every * r["loop"] / r["steps"]
+        print(f"  diagnostics: {r['diagnose']:.3f} s per evaluation = "
+              f"{100 * r['diagnose'] / interval:.2f} % of the {TrainConfig().eval_every} "
+              f"training steps between evaluations at this rate")
 
 
 if __name__ == "__main__":

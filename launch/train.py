@@ -242,11 +242,15 @@ class Trainer:
         returns = evaluate(self.eval_act, loop.states, self.eval_env, self.cfg.eval_episodes)
         self.files.write_eval(loop.env_step, returns, loop.wall_time)
         if self.diagnose is not None and len(self.buffer) >= self.cfg.batch_size:
-            batch = to_batch(self.buffer.sample(self.cfg.batch_size, 1))
-            batch = jax.tree.map(lambda x: x[:, 0], batch)
-            values = jax.device_get(self.diagnose(loop.states, batch))
-            self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))
+            self.log_diagnostics(loop)
         return returns
+
+    def log_diagnostics(self, loop: Loop) -> None:
+        """Spectra of every weight matrix and feature metrics on one replay batch."""
+        batch = to_batch(self.buffer.sample(self.cfg.batch_size, 1))
+        batch = jax.tree.map(lambda x: x[:, 0], batch)
+        values = jax.device_get(self.diagnose(loop.states, batch))
+        self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))
 
     def save(self, loop: Loop) -> None:
         """Checkpoint at an episode boundary (the envs were just reset from `loop.env_rng`)."""
