@@ -29,6 +29,7 @@ def versions() -> dict[str, str]:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             out[name] = "not installed"
+    out["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
     return out
 
 

@@ -43,7 +43,7 @@ def orthogonal(scale: float = 1.0) -> nn.initializers.Initializer:
     return init
 
 
-def default_init(scale: float = jnp.sqrt(2.0)) -> nn.initializers.Initializer:
+def default_init(scale: float = math.sqrt(2.0)) -> nn.initializers.Initializer:
     """Orthogonal kernel initialisation (scale sqrt(2) unless told otherwise)."""
     return orthogonal(scale)
 

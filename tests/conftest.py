@@ -13,3 +13,5 @@ os.environ.setdefault(
 )
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+
+import launch  # noqa: E402,F401 (sets the XLA:CPU options of launch.xla_flags before JAX starts)
