@@ -15,7 +15,6 @@ apply_xla_flags()  # before the first computation starts JAX's backend
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax import lax  # noqa: E402
 
 from agents.common import Batch  # noqa: E402
 
@@ -90,59 +89,7 @@ def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, b
     one_step = random_batches(seeds, 1, batch, obs_dim, act_dim)
     step_flops = flops(update.lower(states, one_step).compile())
     batches = random_batches(seeds, utd, batch, obs_dim, act_dim)
-    seconds = best_time(lambda: jax.block_until_ready(update(states, batches)), repeats=3)
+    seconds = best_time(lambda: jax.block_until_ready(update(states, batches)), repeats=5,
+                        min_seconds=2.0)
     return seeds * utd / seconds, step_flops * utd / seconds
 
-
-def dot_generals(jaxpr) -> list[tuple[list[tuple[int, ...]], object]]:
-    """(operand shapes, dimension numbers) of every dot_general in `jaxpr`, sub-jaxprs included."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            found.append(([tuple(v.aval.shape) for v in eqn.invars],
-                          eqn.params["dimension_numbers"]))
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, tuple | list) else (param,):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    found.extend(dot_generals(inner))
-    return found
-
-
-def matmul_only_seconds(fn: Callable, *args, repeats_in_scan: int = 32) -> float:
-    """Seconds the matmuls of `fn(*args)` take if each runs alone at its shape and nothing else
-    costs time: a bound on how fast `fn` can be on this machine without changing its shapes.
-
-    Each distinct dot_general is timed as `repeats_in_scan` copies on fresh operands inside one
-    compiled `lax.scan` (so dispatch is amortised), then summed over every occurrence.
-    """
-    total, timed = 0.0, {}
-    for shapes, dims in dot_generals(jax.make_jaxpr(fn)(*args).jaxpr):
-        key = (tuple(shapes), str(dims))
-        if key not in timed:
-            lhs, rhs = (jax.random.normal(jax.random.key(i), (repeats_in_scan, *shape))
-                        for i, shape in enumerate(shapes))
-            timed[key] = _scanned_dot_seconds(lhs, rhs, dims) / repeats_in_scan
-        total += timed[key]
-    return total
-
-
-def _scanned_dot_seconds(lhs: jax.Array, rhs: jax.Array, dims) -> float:
-    """Best seconds of one compiled scan of dot_general(lhs[i], rhs[i], dims) over i."""
-
-    def body(carry, pair):
-        return carry, lax.dot_general(pair[0], pair[1], dims)
-
-    run = jax.jit(lambda a, b: lax.scan(body, 0, (a, b))[1])
-    return best_time(lambda: run(lhs, rhs).block_until_ready(), repeats=3, min_seconds=0.1)
-
-
-def update_matmul_bound(agent, obs_dim: int, act_dim: int, seeds: int, batch: int) -> float:
-    """FLOP/s of one seed-vmapped gradient step if only its matmuls took time
-    (`matmul_only_seconds`); compare with `update_throughput`'s achieved FLOP/s."""
-    init = jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim)))
-    states = init(jax.random.split(jax.random.key(0), seeds))
-    update = jax.vmap(agent.update)
-    one_step = random_batches(seeds, 1, batch, obs_dim, act_dim)
-    step_flops = flops(jax.jit(update).lower(states, one_step).compile())
-    return step_flops / matmul_only_seconds(update, states, one_step)
