@@ -92,4 +92,3 @@ def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, b
     seconds = best_time(lambda: jax.block_until_ready(update(states, batches)), repeats=5,
                         min_seconds=2.0)
     return seeds * utd / seconds, step_flops * utd / seconds
-
