@@ -57,6 +57,16 @@ def plot_intervals(summary: Summary, path: Path) -> None:
     plt.close(fig)
 
 
+def _line_with_band(ax, rows: list[dict], x: str, y: str, color, label: str) -> None:
+    """Rows' `y` against `x` as a line, their [lower, upper] interval as a band around it."""
+    if not rows:
+        return
+    xs = [r[x] for r in rows]
+    ax.plot(xs, [r[y] for r in rows], color=color, label=label, lw=2)
+    ax.fill_between(xs, [r["lower"] for r in rows], [r["upper"] for r in rows], color=color,
+                    alpha=0.2)
+
+
 def plot_curves(summary: Summary, path: Path) -> None:
     """IQM against env step with the interval as a band, one line per algorithm."""
     labels = list(summary.scores)
@@ -64,12 +74,7 @@ def plot_curves(summary: Summary, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label in labels:
         rows = [r for r in summary.curves if r["algorithm"] == label]
-        if not rows:
-            continue
-        steps = [r["env_step"] for r in rows]
-        ax.plot(steps, [r["iqm"] for r in rows], color=colors[label], label=label, lw=2)
-        ax.fill_between(steps, [r["lower"] for r in rows], [r["upper"] for r in rows],
-                        color=colors[label], alpha=0.2)
+        _line_with_band(ax, rows, "env_step", "iqm", colors[label], label)
     ax.xaxis.set_major_formatter(FuncFormatter(_steps))
     ax.set_xlabel("Environment steps")
     ax.set_ylabel(f"IQM {_score_label(summary).lower()}")
@@ -89,10 +94,7 @@ def plot_profiles(summary: Summary, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label in labels:
         rows = [r for r in summary.profiles if r["algorithm"] == label]
-        taus = [r["tau"] for r in rows]
-        ax.plot(taus, [r["fraction"] for r in rows], color=colors[label], label=label, lw=2)
-        ax.fill_between(taus, [r["lower"] for r in rows], [r["upper"] for r in rows],
-                        color=colors[label], alpha=0.2)
+        _line_with_band(ax, rows, "tau", "fraction", colors[label], label)
     ax.set_xlabel(f"{_score_label(summary)} threshold τ")
     ax.set_ylabel("Fraction of runs with score > τ")
     ax.set_ylim(-0.02, 1.02)

@@ -8,15 +8,12 @@ import os
 import time
 from collections.abc import Callable
 
-from launch.xla_flags import apply_xla_flags
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-apply_xla_flags()  # before the first computation starts JAX's backend
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from agents.common import Batch  # noqa: E402
+import launch  # noqa: F401 (sets the XLA:CPU options of launch.xla_flags before JAX starts)
+from agents.common import Batch
 
 
 def xla_flags() -> str:

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from agents import bro, make_agent
-from agents.common import Batch
 from interventions import replace_parts
 from networks import tanh_gaussian_log_prob
+from tests import batches
 from tests.runs import REPO, read_csv, run
 
 OBS, ACT = 5, 3
@@ -26,14 +26,7 @@ SMALL = dataclasses.replace(
 
 
 def random_batch(key, utd=1, batch=16):
-    k = jax.random.split(key, 4)
-    return Batch(
-        observations=jax.random.normal(k[0], (utd, batch, OBS)),
-        actions=jax.random.uniform(k[1], (utd, batch, ACT), minval=-1, maxval=1),
-        rewards=jax.random.normal(k[2], (utd, batch)),
-        next_observations=jax.random.normal(k[3], (utd, batch, OBS)),
-        masks=jnp.ones((utd, batch)),
-    )
+    return batches.random_batch(key, utd, batch, OBS, ACT)
 
 
 @pytest.fixture(scope="module")

@@ -10,20 +10,14 @@ import pytest
 
 from agents import make_agent, sac
 from agents.common import Batch
+from tests import batches
 
 OBS, ACT = 5, 3
 SMALL = dataclasses.replace(sac.SACConfig(), hidden_dims=(32, 32))
 
 
 def random_batch(key, utd=2, batch=16, obs=OBS, act=ACT):
-    k = jax.random.split(key, 4)
-    return Batch(
-        observations=jax.random.normal(k[0], (utd, batch, obs)),
-        actions=jax.random.uniform(k[1], (utd, batch, act), minval=-1, maxval=1),
-        rewards=jax.random.normal(k[2], (utd, batch)),
-        next_observations=jax.random.normal(k[3], (utd, batch, obs)),
-        masks=jnp.ones((utd, batch)),
-    )
+    return batches.random_batch(key, utd, batch, obs, act)
 
 
 @pytest.fixture(scope="module")
