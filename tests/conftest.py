@@ -3,7 +3,10 @@
 import os
 import tempfile
 
-os.environ.setdefault("MUJOCO_GL", "egl")
+# Nothing renders, so no EGL or display is needed (as in envs.names). The suite runs on the CPU
+# unless JAX_PLATFORMS says otherwise (e.g. JAX_PLATFORMS=cuda to run it on a GPU); the launch
+# scripts it starts inherit both.
+os.environ.setdefault("MUJOCO_GL", "disabled")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # The end-to-end tests start many processes that compile the same programs: share JAX's
@@ -15,3 +18,10 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 import launch  # noqa: E402,F401 (sets the XLA:CPU options of launch.xla_flags before JAX starts)
+
+if os.environ["JAX_PLATFORMS"] != "cpu":
+    # A GPU multiplies float32 in TF32 by default (about 1e-3 relative error); the tests compare
+    # against float64 references, so they check the math at full float32 precision.
+    import jax  # noqa: E402
+
+    jax.config.update("jax_default_matmul_precision", "highest")

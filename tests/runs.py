@@ -22,7 +22,7 @@ def script(name: str) -> str:
 
 def run(name: str, *args: str, check: bool = True, timeout: float = 300, env=None):
     """Run `python launch/<name> args...`; returns the CompletedProcess."""
-    full_env = {**os.environ, "MUJOCO_GL": "egl", "JAX_PLATFORMS": "cpu", **(env or {})}
+    full_env = {**os.environ, **(env or {})}  # MUJOCO_GL and JAX_PLATFORMS as conftest set them
     proc = subprocess.run([sys.executable, script(name), *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=REPO)
     if check and proc.returncode != 0:

@@ -144,7 +144,7 @@ class RunJob(submitit.helpers.Checkpointable):
             update_record(self.record, **changes)
 
     def _child_env(self) -> dict[str, str]:
-        env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+        env = dict(os.environ)  # MUJOCO_GL unset means 'disabled' in the run (envs.names)
         for name, value in self.env.items():
             if value is None:
                 env.pop(name, None)
