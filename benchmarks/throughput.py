@@ -2,11 +2,12 @@
 
     python benchmarks/throughput.py            # the full set (a few minutes on 2 cores)
     python benchmarks/throughput.py --quick    # fewer steps
+    python benchmarks/throughput.py --seeds=1,4,16   # the update at other seed counts
 
 Prints: pure env stepping (steps/s); the jitted UTD-8 update in seed-updates/s for 1 and 4
-seeds and its FLOP/s as a fraction of this machine's measured float32 matmul peak; end-to-end
-training steps/s at UTD 1 and 8, against the sum of env, update and eval time measured apart
-(the loop's overhead).
+seeds (--seeds) and its FLOP/s as a fraction of this machine's measured float32 matmul peak;
+end-to-end training steps/s at UTD 1 and 8, against the sum of env, update and eval time
+measured apart (the loop's overhead).
 """
 
 import tempfile
@@ -24,6 +25,7 @@ from launch.train import Trainer, evaluate, to_batch
 
 flags.DEFINE_string("env", "humanoid-stand", "Task whose dimensions and physics are used.")
 flags.DEFINE_boolean("quick", False, "Fewer steps (a rough check).")
+flags.DEFINE_list("seeds", ["1", "4"], "Seed counts at which the update is timed.")
 FLAGS = flags.FLAGS
 
 
@@ -85,7 +87,7 @@ def main(_):
     print(f"pure env stepping, {FLAGS.env}: {env_rate:.0f} steps/s")
 
     agent = make_agent("sac")
-    for seeds in (1, 4):
+    for seeds in map(int, FLAGS.seeds):
         rate, achieved = update_throughput(agent, 67, 21, seeds=seeds, utd=8, batch=256)
         print(f"SAC update, UTD 8, {seeds} seed(s): {rate:.0f} seed-updates/s, "
               f"{achieved / 1e9:.1f} GFLOP/s = {100 * achieved / peak:.0f} % of the matmul peak")
