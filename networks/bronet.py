@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from networks.common import default_init
+from networks.layers import Dense, LayerNorm
 from networks.policies import squash_log_std
 
 
@@ -20,11 +21,11 @@ class BroBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = nn.Dense(self.width, kernel_init=default_init(), name="Dense_0")(x)
-        h = nn.relu(nn.LayerNorm(name="LayerNorm_0")(h))
+        h = Dense(self.width, kernel_init=default_init(), name="Dense_0")(x)
+        h = nn.relu(LayerNorm(name="LayerNorm_0")(h))
         self.sow("intermediates", "relu", h)
-        h = nn.Dense(self.width, kernel_init=default_init(), name="Dense_1")(h)
-        out = x + nn.LayerNorm(name="LayerNorm_1")(h)
+        h = Dense(self.width, kernel_init=default_init(), name="Dense_1")(h)
+        out = x + LayerNorm(name="LayerNorm_1")(h)
         self.sow("intermediates", "out", out)
         return out
 
@@ -41,8 +42,8 @@ class BroNet(nn.Module):
             raise ValueError(
                 f"BroNet needs width > 0 and depth >= 0, got width={self.width}, depth={self.depth}"
             )
-        x = nn.Dense(self.width, kernel_init=default_init(), name="Dense_0")(x)
-        x = nn.relu(nn.LayerNorm(name="LayerNorm_0")(x))
+        x = Dense(self.width, kernel_init=default_init(), name="Dense_0")(x)
+        x = nn.relu(LayerNorm(name="LayerNorm_0")(x))
         self.sow("intermediates", "hidden_0", x)
         for i in range(self.depth):
             x = BroBlock(self.width, name=f"block_{i}")(x)
@@ -59,7 +60,7 @@ class QuantileCritic(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = BroNet(self.width, self.depth)(jnp.concatenate([obs, action], axis=-1))
-        return nn.Dense(self.num_quantiles, kernel_init=default_init(), name="quantiles")(x)
+        return Dense(self.num_quantiles, kernel_init=default_init(), name="quantiles")(x)
 
 
 class BroActor(nn.Module):
@@ -78,8 +79,8 @@ class BroActor(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         x = BroNet(self.width, self.depth)(obs)
-        mean = nn.Dense(self.act_dim, kernel_init=default_init(), name="mean")(x)
-        raw = nn.Dense(self.act_dim, kernel_init=default_init(1.0), name="log_std")(x)
+        mean = Dense(self.act_dim, kernel_init=default_init(), name="mean")(x)
+        raw = Dense(self.act_dim, kernel_init=default_init(1.0), name="log_std")(x)
         return mean, squash_log_std(raw, self.log_std_min, self.log_std_max)
 
 
@@ -101,7 +102,7 @@ class OptimisticActor(nn.Module):
         self, obs: jax.Array, mean_c: jax.Array, log_std_c: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
         x = BroNet(self.width, self.depth)(jnp.concatenate([obs, mean_c], axis=-1))
-        shift = nn.Dense(
+        shift = Dense(
             mean_c.shape[-1],
             use_bias=False,
             kernel_init=default_init(self.shift_init_scale),

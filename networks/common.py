@@ -7,6 +7,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from networks.layers import Dense, LayerNorm
+
 
 def householder_q(z: jax.Array) -> jax.Array:
     """Q (m, n) of the reduced QR of z (m, n), m >= n, signed so that diag(R) > 0.
@@ -61,9 +63,9 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         for i, width in enumerate(self.hidden_dims):
-            x = nn.Dense(width, kernel_init=default_init(), name=f"Dense_{i}")(x)
+            x = Dense(width, kernel_init=default_init(), name=f"Dense_{i}")(x)
             if self.layer_norm:
-                x = nn.LayerNorm(name=f"LayerNorm_{i}")(x)
+                x = LayerNorm(name=f"LayerNorm_{i}")(x)
             x = nn.relu(x)
             self.sow("intermediates", f"hidden_{i}", x)
         return x

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from networks.common import MLP, default_init
+from networks.layers import Dense
 
 
 class Critic(nn.Module):
@@ -20,7 +21,7 @@ class Critic(nn.Module):
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([obs, action], axis=-1)
         x = MLP(self.hidden_dims, self.layer_norm)(x)
-        q = nn.Dense(self.out_dim, kernel_init=default_init())(x)
+        q = Dense(self.out_dim, kernel_init=default_init())(x)
         return q[..., 0] if self.out_dim == 1 else q
 
 

@@ -98,9 +98,12 @@ def test_no_recompilation_after_first_update(update):
 
 
 def test_solves_a_one_step_bandit():
-    """r = -(a - 0.5)^2 with terminal next states: the greedy action must approach 0.5."""
+    """r = -(a - 0.5)^2 with terminal next states: the greedy action must approach 0.5.
+
+    Over 8 seeds (vmapped): one seed's end point moves by a few hundredths with float32 rounding
+    (the learned temperature keeps it a little short of 0.5), the mean over seeds does not.
+    """
     agent = make_agent("sac", dataclasses.replace(SMALL, init_temperature=0.1))
-    state = agent.init(jax.random.key(0), 1, 1)
 
     def step(state, key):
         k_obs, k_act = jax.random.split(key)
@@ -109,11 +112,14 @@ def test_solves_a_one_step_bandit():
         batch = Batch(obs, actions, -((actions[..., 0] - 0.5) ** 2), obs, jnp.zeros((1, 64)))
         return agent.update(state, batch)[0], None
 
-    state, _ = jax.jit(lambda s, k: jax.lax.scan(step, s, k))(
-        state, jax.random.split(jax.random.key(1), 1500)
-    )
-    greedy = agent.act(state, jnp.zeros((1, 1)), None, True)
-    assert abs(float(greedy[0, 0]) - 0.5) < 0.1
+    def train(seed):
+        state = agent.init(jax.random.key(seed), 1, 1)
+        state, _ = jax.lax.scan(step, state, jax.random.split(jax.random.key(seed + 1), 1500))
+        return agent.act(state, jnp.zeros((1, 1)), None, True)[0, 0]
+
+    greedy = np.asarray(jax.jit(jax.vmap(train))(jnp.arange(8)))
+    assert abs(greedy.mean() - 0.5) < 0.1, greedy
+    assert np.all(np.abs(greedy - 0.5) < 0.2), greedy
 
 
 def test_orthogonal_init_under_vmap():

@@ -1,0 +1,79 @@
+"""networks.layers: flax's Dense and LayerNorm, with pairwise batch sums in their gradients."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import jax.test_util
+import numpy as np
+import pytest
+
+from networks.layers import Dense, LayerNorm, add_bias, scale_shift, sum_rows
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 3), (2, 5), (7, 5), (256, 4), (3, 5, 2), (2, 129, 3), (0, 4)])
+def test_sum_rows_matches_numpy(shape):
+    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    expected = x.reshape(-1, shape[-1]).astype(np.float64).sum(0)
+    np.testing.assert_allclose(sum_rows(jnp.asarray(x)), expected, rtol=1e-5, atol=1e-5)
+
+
+class Block(nn.Module):
+    """Dense -> LayerNorm -> ReLU -> Dense, with flax's layers or ours."""
+
+    ours: bool
+
+    @nn.compact
+    def __call__(self, x):
+        dense, norm = (Dense, LayerNorm) if self.ours else (nn.Dense, nn.LayerNorm)
+        x = nn.relu(norm(name="LayerNorm_0")(dense(32, name="Dense_0")(x)))
+        return dense(3, name="Dense_1")(x)
+
+
+@pytest.mark.parametrize("lead", [(64,), (2, 64), (1,)])
+def test_same_parameters_outputs_and_gradients_as_flax(lead):
+    x = jax.random.normal(jax.random.key(0), (*lead, 11))
+    ours, theirs = Block(True), Block(False)
+    params = theirs.init(jax.random.key(1), x)
+    assert jax.tree.map(jnp.shape, ours.init(jax.random.key(1), x)) == jax.tree.map(
+        jnp.shape, params)
+    for got, want in zip(jax.tree.leaves(ours.init(jax.random.key(1), x)),
+                         jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(got, want)  # the same initialisation from the same key
+    # Perturb scale and shift away from 1 and 0, so their gradients are exercised.
+    keys = iter(jax.random.split(jax.random.key(2), 16))
+    params = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(next(keys), p.shape), params)
+    np.testing.assert_allclose(ours.apply(params, x), theirs.apply(params, x), rtol=1e-5,
+                               atol=1e-5)
+
+    def loss(module):
+        return jax.jit(jax.grad(lambda p: jnp.sum(jnp.sin(module.apply(p, x)))))
+
+    for got, want in zip(jax.tree.leaves(loss(ours)(params)), jax.tree.leaves(loss(theirs)(params)),
+                         strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_gradients_match_finite_differences():
+    jax.config.update("jax_enable_x64", True)
+    try:
+        x = jax.random.normal(jax.random.key(0), (5, 3), jnp.float64)
+        b = jax.random.normal(jax.random.key(1), (3,), jnp.float64)
+        s = jax.random.normal(jax.random.key(2), (3,), jnp.float64)
+        jax.test_util.check_grads(lambda x, b: jnp.sin(add_bias(x, b)), (x, b), order=1,
+                                  modes=["rev"])
+        jax.test_util.check_grads(lambda x, s, b: jnp.sin(scale_shift(x, s, b)), (x, s, b),
+                                  order=1, modes=["rev"])
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
+
+def test_batch_gradients_are_not_xla_reductions():
+    """The bias, scale and shift gradients compile to additions of row slices, not to XLA's
+    reduce (which XLA:CPU runs as a slow serial loop per feature; see networks/layers.py)."""
+    y = jnp.ones((256, 64))
+    p = jnp.ones(64)
+    for fn in (lambda y, p: add_bias(y, p), lambda y, p: scale_shift(y, p, p)):
+        grad = jax.jit(jax.grad(lambda p, fn=fn: jnp.vdot(fn(y, p), y)))
+        hlo = grad.lower(p).compile().as_text()
+        assert " reduce(" not in hlo, hlo
