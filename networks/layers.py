@@ -8,6 +8,10 @@ floats here, where a pairwise sum of row slices (fused elementwise loops, which 
 across threads) takes about 56 us; at 2 x 2560 x 256 it is 3.1 ms against 0.2 ms with the
 rewrite. They were a large part of what is not matmul in a SAC or BRO gradient step. The sums
 differ from XLA's only by float32 rounding (pairwise summation is, if anything, more accurate).
+
+The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
+Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
+jax.hessian) does not: use flax's Dense and LayerNorm (the same parameters) for that.
 """
 
 from collections.abc import Callable

@@ -54,16 +54,16 @@ def test_same_parameters_outputs_and_gradients_as_flax(lead):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_gradients_match_finite_differences():
+def test_first_and_second_reverse_derivatives_match_finite_differences():
     jax.config.update("jax_enable_x64", True)
     try:
         x = jax.random.normal(jax.random.key(0), (5, 3), jnp.float64)
         b = jax.random.normal(jax.random.key(1), (3,), jnp.float64)
         s = jax.random.normal(jax.random.key(2), (3,), jnp.float64)
-        jax.test_util.check_grads(lambda x, b: jnp.sin(add_bias(x, b)), (x, b), order=1,
+        jax.test_util.check_grads(lambda x, b: jnp.sin(add_bias(x, b)), (x, b), order=2,
                                   modes=["rev"])
         jax.test_util.check_grads(lambda x, s, b: jnp.sin(scale_shift(x, s, b)), (x, s, b),
-                                  order=1, modes=["rev"])
+                                  order=2, modes=["rev"])
     finally:
         jax.config.update("jax_enable_x64", False)
 
