@@ -2,11 +2,13 @@
 
 Measured on 2 CPU cores (`python benchmarks/throughput.py`, `python benchmarks/bro_update.py`):
 
-- `--xla_cpu_experimental_ynn_fusion_type=dot` hands only matmuls (with their fused transposes)
-  to XNNPACK's YNNPACK kernels. jaxlib 0.10.2's default also hands it reductions, which at these
-  sizes (sums over a few hundred rows or units) it runs slower than XLA's own loops: the SAC
-  update at UTD 8 with 1 seed goes from about 100 to about 135 seed-updates/s, BRO's at UTD 10
-  from 21 to 25.
+- `--xla_cpu_experimental_ynn_fusion_type=` (empty) hands nothing to XNNPACK's YNNPACK kernels:
+  XLA runs matmuls and reductions itself. jaxlib 0.10.2's default hands YNNPACK both, and at
+  these sizes (256- and 512-wide layers, sums over a few hundred rows or units) it runs both
+  slower. First measured with YNNPACK for matmuls only (`=dot`): the SAC update at UTD 8 with
+  1 seed went from about 100 to about 135 seed-updates/s, BRO's at UTD 10 from 21 to 25. With
+  `networks/layers.py`, dropping YNNPACK for matmuls too took SAC from 164-169 to 187-193 with
+  1 seed and from 175-185 to 204-209 with 4, BRO from 29-30 to 30-31.
 - `--xla_disable_hlo_passes=tree_reduction_rewriter` stops XLA:CPU from splitting each reduction
   into a reduce-window and a second reduce (two kernels where one does): another 5-15 %. float32
   sums of 10^4 to 10^7 elements come out bit-identical with and without it.
@@ -22,7 +24,7 @@ import importlib.util
 import os
 from collections.abc import MutableMapping
 
-CPU_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=dot",)
+CPU_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=",)
 CPU_ONLY_FLAGS = ("--xla_disable_hlo_passes=tree_reduction_rewriter",)
 GPU_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin")
 
