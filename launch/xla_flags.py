@@ -8,7 +8,8 @@ Measured on 2 CPU cores (`python benchmarks/throughput.py`, `python benchmarks/b
   slower. First measured with YNNPACK for matmuls only (`=dot`): the SAC update at UTD 8 with
   1 seed went from about 100 to about 135 seed-updates/s, BRO's at UTD 10 from 21 to 25. With
   `networks/layers.py`, dropping YNNPACK for matmuls too took SAC from 164-169 to 187-193 with
-  1 seed and from 175-185 to 204-209 with 4, BRO from 29-30 to 30-31.
+  1 seed and from 175-185 to 204-209 with 4; BRO stayed about the same with 1 seed (29.0-30.2
+  and 29.7-30.0) and went from 29.5-29.9 to 30.6-30.9 with 4.
 - `--xla_disable_hlo_passes=tree_reduction_rewriter` stops XLA:CPU from splitting each reduction
   into a reduce-window and a second reduce (two kernels where one does): another 5-15 %. float32
   sums of 10^4 to 10^7 elements come out bit-identical with and without it.
