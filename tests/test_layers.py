@@ -70,7 +70,7 @@ def test_first_and_second_reverse_derivatives_match_finite_differences():
 
 def test_batch_gradients_are_not_xla_reductions():
     """The bias, scale and shift gradients compile to additions of row slices, not to XLA's
-    reduce (which XLA:CPU runs as a slow serial loop per feature; see networks/layers.py)."""
+    reduce (slow on XLA:CPU with this framework's options; see networks/layers.py)."""
     y = jnp.ones((256, 64))
     p = jnp.ones(64)
     for fn in (lambda y, p: add_bias(y, p), lambda y, p: scale_shift(y, p, p)):
