@@ -128,11 +128,9 @@ def test_orthogonal_init_under_vmap():
     states = jax.vmap(lambda k: sac.init(k, OBS, ACT, SMALL))(keys)
     wide = states.critic.params["net"]["MLP_0"]["Dense_1"]["kernel"]  # (seeds, critics, 32, 32)
     assert wide.shape == (3, 2, 32, 32)
-    wide = np.asarray(wide, np.float64)  # on the host: a GPU multiplies float32 in TF32
-    gram = np.einsum("...ij,...ik->...jk", wide, wide)
-    np.testing.assert_allclose(gram, 2.0 * np.broadcast_to(np.eye(32), gram.shape), atol=1e-4)
+    gram = jnp.einsum("...ij,...ik->...jk", wide, wide)
+    np.testing.assert_allclose(gram, 2.0 * jnp.broadcast_to(jnp.eye(32), gram.shape), atol=1e-4)
     assert not np.allclose(wide[0, 0], wide[0, 1]) and not np.allclose(wide[0, 0], wide[1, 0])
     tall = states.actor.params["MLP_0"]["Dense_0"]["kernel"]  # (seeds, 5, 32): orthonormal rows
-    tall = np.asarray(tall, np.float64)
-    rows = np.einsum("...ij,...kj->...ik", tall, tall)
-    np.testing.assert_allclose(rows, 2.0 * np.broadcast_to(np.eye(OBS), rows.shape), atol=1e-4)
+    rows = jnp.einsum("...ij,...kj->...ik", tall, tall)
+    np.testing.assert_allclose(rows, 2.0 * jnp.broadcast_to(jnp.eye(OBS), rows.shape), atol=1e-4)
