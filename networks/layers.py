@@ -1,20 +1,30 @@
 """Dense and LayerNorm with the parameters, initialisation and forward pass of flax's, whose
-gradients for bias, scale and shift are pairwise sums over the batch.
+gradients are arranged for XLA:CPU's kernels.
 
-Why: the gradient of a per-feature parameter is a sum over the batch rows, a column reduction.
-Without the tree-reduction rewrite (one of the XLA:CPU options of `launch.xla_flags`, which
-speeds up the row reductions), XLA's reduce runs these slowly. `python benchmarks/batch_sums.py`
-on 2 cores: 130-145 us for 2 x 256 x 256 floats, where a pairwise sum of row slices (fused
-elementwise loops, which XLA also splits across threads) takes 69-82 us; 3.0 ms against
-0.25 ms for 2 x 2560 x 256 (stock XLA's reduce: 79 us and 0.22 ms). They were a large part of
-what is not matmul in a SAC or BRO gradient step. The sums differ from XLA's only by float32
-rounding (pairwise summation is, if anything, more accurate).
+Two changes to the backward pass, both measured on 2 cores:
+
+- Bias, scale and shift gradients are pairwise sums over the batch. Each is a sum over the
+  batch rows, a column reduction. Without the tree-reduction rewrite (one of the XLA:CPU
+  options of `launch.xla_flags`, which speeds up the row reductions), XLA's reduce runs these
+  slowly. `python benchmarks/batch_sums.py`: 130-145 us for 2 x 256 x 256 floats, where a
+  pairwise sum of row slices (fused elementwise loops, which XLA also splits across threads)
+  takes 69-82 us; 3.0 ms against 0.25 ms for 2 x 2560 x 256 (stock XLA's reduce: 79 us and
+  0.22 ms). They were a large part of what is not matmul in a SAC or BRO gradient step. The
+  sums differ from XLA's only by float32 rounding (pairwise summation is, if anything, more
+  accurate).
+- A Dense layer's input gradient `g @ kernel.T` is computed as `(kernel @ g.T).T` on a CPU
+  when the layer sees fewer rows than it has input or output units (BRO's 512-wide critic at
+  batch 128). XLA:CPU's product with a transposed right operand is slow at those shapes;
+  `python benchmarks/input_grad.py`: 1.0-1.1 ms against 0.8 ms for BRO's two 128 x 512 x 512
+  products, 8.1 ms against 2.4 ms at width 1024. With as many rows as units (SAC's 256 x 256)
+  the direct product is as fast or faster, and is kept. Other backends always get it.
 
 The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
 Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
 jax.hessian) does not: use flax's Dense and LayerNorm (the same parameters) for that.
 """
 
+import math
 from collections.abc import Callable
 
 import flax.linen as nn
@@ -71,6 +81,46 @@ def _scale_shift_bwd(res, g):
 scale_shift.defvjp(_scale_shift_fwd, _scale_shift_bwd)
 
 
+def _contract_last(a: jax.Array, b: jax.Array) -> jax.Array:
+    """`a @ b.T` for `a (..., k)` and a matrix `b (n, k)`."""
+    return jax.lax.dot_general(a, b, (((a.ndim - 1,), (1,)), ((), ())))
+
+
+def _input_grad(g: jax.Array, kernel: jax.Array) -> jax.Array:
+    """`g @ kernel.T`, the gradient of `x @ kernel` with respect to `x`; see the module notes."""
+    rows = math.prod(g.shape[:-1])
+    if rows >= min(kernel.shape):
+        return _contract_last(g, kernel)
+
+    def transposed(g, kernel):
+        grad_t = _contract_last(kernel, g.reshape(rows, g.shape[-1]))  # (in, rows)
+        # The barrier keeps XLA from folding the transpose back into the product.
+        grad = jax.lax.optimization_barrier(grad_t).T
+        return grad.reshape(*g.shape[:-1], kernel.shape[0])
+
+    return jax.lax.platform_dependent(g, kernel, cpu=transposed, default=_contract_last)
+
+
+@jax.custom_vjp
+def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """`x @ kernel` for `x (..., in)` and `kernel (in, out)`."""
+    return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+
+
+def _matmul_fwd(x, kernel):
+    return matmul(x, kernel), (x, kernel)
+
+
+def _matmul_bwd(res, g):
+    x, kernel = res
+    x_rows, g_rows = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+    kernel_grad = jax.lax.dot_general(x_rows, g_rows, (((0,), (0,)), ((), ())))
+    return _input_grad(g, kernel), kernel_grad
+
+
+matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
 class Dense(nn.Module):
     """`x @ kernel + bias`, as `flax.linen.Dense` (same parameter names, shapes and init)."""
 
@@ -84,7 +134,7 @@ class Dense(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features),
                             self.param_dtype)
-        y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+        y = matmul(x, kernel)
         if not self.use_bias:
             return y
         return add_bias(y, self.param("bias", self.bias_init, (self.features,), self.param_dtype))

@@ -1,4 +1,4 @@
-"""networks.layers: flax's Dense and LayerNorm, with pairwise batch sums in their gradients."""
+"""networks.layers: flax's Dense and LayerNorm, with gradients arranged for XLA:CPU."""
 
 import flax.linen as nn
 import jax
@@ -7,7 +7,7 @@ import jax.test_util
 import numpy as np
 import pytest
 
-from networks.layers import Dense, LayerNorm, add_bias, scale_shift, sum_rows
+from networks.layers import Dense, LayerNorm, add_bias, matmul, scale_shift, sum_rows
 
 
 @pytest.mark.parametrize(
@@ -64,6 +64,11 @@ def test_first_and_second_reverse_derivatives_match_finite_differences():
                                   modes=["rev"])
         jax.test_util.check_grads(lambda x, s, b: jnp.sin(scale_shift(x, s, b)), (x, s, b),
                                   order=2, modes=["rev"])
+        for rows in (2, 9):  # the transposed and the direct input gradient
+            x = jax.random.normal(jax.random.key(3), (rows, 6), jnp.float64)
+            w = jax.random.normal(jax.random.key(4), (6, 7), jnp.float64)
+            jax.test_util.check_grads(lambda x, w: jnp.sin(matmul(x, w)), (x, w), order=2,
+                                      modes=["rev"])
     finally:
         jax.config.update("jax_enable_x64", False)
 
@@ -77,3 +82,36 @@ def test_batch_gradients_are_not_xla_reductions():
         grad = jax.jit(jax.grad(lambda p, fn=fn: jnp.vdot(fn(y, p), y)))
         hlo = grad.lower(p).compile().as_text()
         assert " reduce(" not in hlo, hlo
+
+
+@pytest.mark.parametrize("x_shape", [(4, 64), (2, 3, 64), (300, 64), (0, 64)])
+def test_matmul_gradients_match_autodiff(x_shape):
+    """Fewer rows than units takes the transposed input gradient on a CPU; more, the direct one.
+    Both equal autodiff of `x @ kernel`, also vmapped over an ensemble axis as the critics are."""
+    x = jax.random.normal(jax.random.key(0), (2, *x_shape))
+    kernel = jax.random.normal(jax.random.key(1), (2, 64, 48))
+
+    def grads(product):
+        loss = lambda x, k: jnp.sum(jnp.sin(product(x, k)))  # noqa: E731
+        return jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1))))(x, kernel)
+
+    for got, want in zip(grads(matmul), grads(lambda x, k: x @ k), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _product_shapes(hlo: str) -> list[str]:
+    return [line.split("=")[1].split("{")[0].strip() for line in hlo.splitlines()
+            if " dot(" in line]
+
+
+def test_input_gradient_form_on_cpu():
+    """The compiled input gradient: `kernel @ g.T`, shaped (in, rows), when the layer sees fewer
+    rows than units on a CPU; `g @ kernel.T`, shaped (rows, in), otherwise."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the transposed input gradient is only used on a CPU")
+    kernel = jnp.ones((64, 48))
+    for rows, expected in ((8, "f32[64,8]"), (128, "f32[128,64]")):
+        x = jnp.ones((rows, 64))
+        grad = jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(matmul(x, kernel)))))
+        shapes = _product_shapes(grad.lower(x).compile().as_text())
+        assert expected in shapes, shapes
