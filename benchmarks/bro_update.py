@@ -84,7 +84,7 @@ def main() -> None:
         rate, flops_per_s = update_throughput(agent, OBS_DIM, ACT_DIM, seeds, UTD, BATCH)
         peak = max(before, matmul_peak()[0])
         print(f"{seeds} seed(s): {rate:6.1f} seed-updates/s, {flops_per_s / 1e9:6.1f} GFLOP/s "
-              f"= {flops_per_s / peak:.0%} of the matmul peak {peak / 1e9:.0f} GFLOP/s "
+              f"= {flops_per_s / peak:.1%} of the matmul peak {peak / 1e9:.0f} GFLOP/s "
               f"({flops_per_s / rate / 1e9:.2f} GFLOP per seed and gradient step)")
     if args.profile:
         for seeds in args.seeds:

@@ -90,7 +90,7 @@ def main(_):
     for seeds in map(int, FLAGS.seeds):
         rate, achieved = update_throughput(agent, 67, 21, seeds=seeds, utd=8, batch=256)
         print(f"SAC update, UTD 8, {seeds} seed(s): {rate:.0f} seed-updates/s, "
-              f"{achieved / 1e9:.1f} GFLOP/s = {100 * achieved / peak:.0f} % of the matmul peak")
+              f"{achieved / 1e9:.1f} GFLOP/s = {100 * achieved / peak:.1f} % of the matmul peak")
 
     for utd in (1, 8):
         r = end_to_end(utd, steps=300 if quick else 2000, start_steps=300)
