@@ -7,7 +7,15 @@ import jax.test_util
 import numpy as np
 import pytest
 
-from networks.layers import Dense, LayerNorm, add_bias, matmul, scale_shift, sum_rows
+from networks.layers import (
+    Dense,
+    LayerNorm,
+    add_bias,
+    matmul,
+    normalize,
+    scale_shift,
+    sum_rows,
+)
 
 
 @pytest.mark.parametrize(
@@ -64,6 +72,8 @@ def test_first_and_second_reverse_derivatives_match_finite_differences():
                                   modes=["rev"])
         jax.test_util.check_grads(lambda x, s, b: jnp.sin(scale_shift(x, s, b)), (x, s, b),
                                   order=2, modes=["rev"])
+        jax.test_util.check_grads(lambda x: jnp.sin(normalize(x, 1e-6)) * jnp.arange(3.0),
+                                  (x,), order=2, modes=["rev"])
         for rows in (2, 9):  # the transposed and the direct input gradient
             x = jax.random.normal(jax.random.key(3), (rows, 6), jnp.float64)
             w = jax.random.normal(jax.random.key(4), (6, 7), jnp.float64)
@@ -115,3 +125,14 @@ def test_input_gradient_form_on_cpu():
         grad = jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(matmul(x, kernel)))))
         shapes = _product_shapes(grad.lower(x).compile().as_text())
         assert expected in shapes, shapes
+
+
+def test_layer_norm_gradient_matches_flax_on_a_constant_row():
+    """A row with zero variance is normalised to zeros by both; their gradients agree too."""
+    x = jnp.stack([jnp.full(8, 3.0), jnp.arange(8.0)])
+    grads = []
+    for module in (LayerNorm(), nn.LayerNorm()):
+        params = module.init(jax.random.key(0), x)
+        grads.append(jax.grad(
+            lambda x, m=module, p=params: jnp.sum(jnp.sin(m.apply(p, x)) * jnp.arange(8.0)))(x))
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-5)
