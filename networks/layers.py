@@ -29,6 +29,7 @@ Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.j
 jax.hessian) does not: use flax's Dense and LayerNorm (the same parameters) for that.
 """
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -145,7 +146,7 @@ class Dense(nn.Module):
         return add_bias(y, self.param("bias", self.bias_init, (self.features,), self.param_dtype))
 
 
-@jax.custom_vjp
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def normalize(x: jax.Array, epsilon: float) -> jax.Array:
     """`(x - mean) / sqrt(var + epsilon)` over the last axis, var = max(E[x^2] - E[x]^2, 0)."""
     return _normalize_fwd(x, epsilon)[0]
@@ -159,11 +160,12 @@ def _normalize_fwd(x, epsilon):
     return y, (y, inv_std)
 
 
-def _normalize_bwd(res, g):  # epsilon gets no gradient
+def _normalize_bwd(epsilon, res, g):
+    del epsilon  # in inv_std already
     y, inv_std = res
     mean_g = jnp.mean(g, axis=-1, keepdims=True)
     mean_gy = jnp.mean(g * y, axis=-1, keepdims=True)
-    return inv_std * (g - mean_g - y * mean_gy), None
+    return (inv_std * (g - mean_g - y * mean_gy),)
 
 
 normalize.defvjp(_normalize_fwd, _normalize_bwd)
