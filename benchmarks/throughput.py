@@ -5,15 +5,18 @@
     python benchmarks/throughput.py --seeds=1,4,16   # the update at other seed counts
 
 Prints: pure env stepping (steps/s); the jitted UTD-8 update in seed-updates/s for 1 and 4
-seeds (--seeds) and its FLOP/s as a fraction of this machine's measured float32 matmul peak;
+seeds (--seeds) and its FLOP/s as a fraction of this machine's measured float32 matmul peak,
+next to the fraction that the update's main matmuls (the critics' hidden layer) reach alone;
 end-to-end training steps/s at UTD 1 and 8, against the sum of env, update and eval time
-measured apart (the loop's overhead).
+measured apart in between (the loop's overhead), in --rounds rounds and their median.
+`python benchmarks/loop_breakdown.py` splits that overhead into its parts.
 """
 
 import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 from bench_utils import best_time, matmul_peak, update_throughput, xla_flags
@@ -26,56 +29,97 @@ from launch.train import Trainer, evaluate, to_batch
 flags.DEFINE_string("env", "humanoid-stand", "Task whose dimensions and physics are used.")
 flags.DEFINE_boolean("quick", False, "Fewer steps (a rough check).")
 flags.DEFINE_list("seeds", ["1", "4"], "Seed counts at which the update is timed.")
+flags.DEFINE_integer("rounds", 3, "End-to-end rounds (loop and parts measured apart) per UTD.")
 FLAGS = flags.FLAGS
+
+
+def env_seconds(env, steps: int, rng: np.random.Generator) -> float:
+    """Seconds of `steps` random-action steps of `env` (and the resets they need)."""
+    actions = rng.uniform(-1, 1, (steps, env.num_envs, env.act_dim)).astype(np.float32)
+    start = time.perf_counter()
+    for a in actions:
+        _, _, terminated, truncated = env.step(a)
+        if (terminated | truncated).all():
+            env.reset()
+    return time.perf_counter() - start
 
 
 def env_steps_per_second(name: str, steps: int) -> float:
     env = make_vector_env(name, [0])
     env.reset()
-    actions = np.random.default_rng(0).uniform(-1, 1, (steps, 1, env.act_dim)).astype(np.float32)
-    start = time.perf_counter()
-    for a in actions:
-        _, _, terminated, truncated = env.step(a)
-        if (terminated | truncated).any():
-            env.reset()
-    return steps / (time.perf_counter() - start)
+    return steps / env_seconds(env, steps, np.random.default_rng(0))
 
 
-def end_to_end(utd: int, steps: int, start_steps: int) -> dict[str, float]:
-    """Seconds of `steps` training iterations of a real run (one evaluation among them, after
-    compilation), and of the same work measured piece by piece: env stepping alone, the jitted
-    update+act call alone, and the evaluation alone."""
+def hidden_layer_flops(seeds: int, batch: int = 256, width: int = 256) -> float:
+    """FLOP/s of the critic's hidden layer alone, for `seeds` seeds of a 2-critic ensemble: the
+    forward product, the input gradient and the weight gradient of (2 * seeds) independent
+    width x width layers on `batch` rows, batched as the seed- and ensemble-vmapped update
+    batches them. The update spends most of its FLOPs in these products; this is how fast
+    XLA runs them with nothing else around."""
+    members = 2 * seeds
+    keys = jax.random.split(jax.random.key(0), 3)
+    x, g = (jax.random.normal(k, (members, batch, width)) for k in keys[:2])
+    kernel = jax.random.normal(keys[2], (members, width, width))
+
+    @jax.jit
+    def layer(x, g, kernel):
+        return (jnp.einsum("mbi,mio->mbo", x, kernel), jnp.einsum("mbo,mio->mbi", g, kernel),
+                jnp.einsum("mbi,mbo->mio", x, g))
+
+    seconds = best_time(lambda: jax.block_until_ready(layer(x, g, kernel)))
+    return 3 * 2 * members * batch * width * width / seconds
+
+
+def end_to_end(utd: int, steps: int, start_steps: int, rounds: int,
+               chunks: int = 10) -> list[dict[str, float]]:
+    """Per round: seconds of `steps` training iterations of a real run (one evaluation among
+    them), and of the same work measured apart: env stepping alone, the jitted update+act call
+    alone, and the evaluation alone. Each round runs its iterations in `chunks` pieces, each
+    followed by as many update calls and env steps alone, so that the machine's speed, which
+    drifts by several percent over seconds here, reaches the loop and its parts alike. A
+    first stretch of `steps` iterations (random phase, compilation, first evaluation) is
+    not timed."""
+    results = []
+    env = make_vector_env(FLAGS.env, [0])
+    env.reset()
+    rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as logdir:
-        cfg = TrainConfig(agent="sac", env=FLAGS.env, utd=utd, max_steps=start_steps + 2 * steps,
-                          start_steps=start_steps, eval_every=start_steps + steps,
-                          log_every=1000, eval_episodes=1, logdir=logdir, progress=False,
-                          checkpoint_every=10 * steps, buffer_capacity=100_000)
+        cfg = TrainConfig(agent="sac", env=FLAGS.env, utd=utd,
+                          max_steps=start_steps + (rounds + 1) * steps, start_steps=start_steps,
+                          eval_every=steps, log_every=1000, eval_episodes=1, logdir=logdir,
+                          progress=False, checkpoint_every=10 * rounds * steps,
+                          buffer_capacity=100_000)
         trainer = Trainer(make_agent("sac"), cfg)
         loop = trainer.start()
         started = time.time()
-        while loop.env_step < start_steps + steps:  # random phase, compilation, first eval
+        while loop.env_step < start_steps + steps:
             trainer.iteration(loop, started)
         jax.block_until_ready(loop.states)
-        start = time.perf_counter()
-        while loop.env_step < start_steps + 2 * steps:  # includes the second evaluation
-            trainer.iteration(loop, started)
-        jax.block_until_ready(loop.states)
-        loop_seconds = time.perf_counter() - start
-
-        start = time.perf_counter()
-        evaluate(trainer.eval_act, loop.states, trainer.eval_env, cfg.eval_episodes)
-        eval_seconds = time.perf_counter() - start
         diagnose_seconds = best_time(lambda: trainer.log_diagnostics(loop), repeats=3)
         batch = to_batch(trainer.buffer.sample(cfg.batch_size, utd))
-        start = time.perf_counter()
-        for _ in range(steps):
-            loop.states, actions, loop.keys, loop.metric_sums = trainer.train_step(
-                loop.states, batch, loop.obs, loop.keys, loop.metric_sums)
-            np.asarray(actions)
-        update_seconds = time.perf_counter() - start
-    env_seconds = steps / env_steps_per_second(FLAGS.env, steps)
-    return {"loop": loop_seconds, "env": env_seconds, "update": update_seconds,
-            "eval": eval_seconds, "diagnose": diagnose_seconds, "steps": steps}
+        for _ in range(rounds):
+            r = {"loop": 0.0, "env": 0.0, "update": 0.0, "diagnose": diagnose_seconds,
+                 "steps": steps}
+            end = loop.env_step + steps  # the round holds one multiple of eval_every
+            for chunk in range(chunks):
+                n = end - loop.env_step if chunk == chunks - 1 else steps // chunks
+                start = time.perf_counter()
+                for _ in range(n):
+                    trainer.iteration(loop, started)
+                jax.block_until_ready(loop.states)
+                r["loop"] += time.perf_counter() - start
+                start = time.perf_counter()
+                for _ in range(n):
+                    loop.states, actions, loop.keys, loop.metric_sums = trainer.train_step(
+                        loop.states, batch, loop.obs, loop.keys, loop.metric_sums)
+                    np.asarray(actions)
+                r["update"] += time.perf_counter() - start
+                r["env"] += env_seconds(env, n, rng)
+            start = time.perf_counter()
+            evaluate(trainer.eval_act, loop.states, trainer.eval_env, cfg.eval_episodes)
+            r["eval"] = time.perf_counter() - start
+            results.append(r)
+    return results
 
 
 def main(_):
@@ -91,14 +135,24 @@ def main(_):
         rate, achieved = update_throughput(agent, 67, 21, seeds=seeds, utd=8, batch=256)
         print(f"SAC update, UTD 8, {seeds} seed(s): {rate:.0f} seed-updates/s, "
               f"{achieved / 1e9:.1f} GFLOP/s = {100 * achieved / peak:.1f} % of the matmul peak")
+        layer = hidden_layer_flops(seeds)
+        print(f"  its critics' 256x256 hidden layer alone (forward, input and weight gradient, "
+              f"{2 * seeds} members batched): {layer / 1e9:.1f} GFLOP/s = "
+              f"{100 * layer / peak:.1f} % of the peak")
 
-    for utd in (1, 8):
-        r = end_to_end(utd, steps=300 if quick else 2000, start_steps=300)
-        parts = r["env"] + r["update"] + r["eval"]
-        print(f"end to end, UTD {utd}: {r['steps'] / r['loop']:.0f} env steps/s while training; "
-              f"loop {r['loop']:.2f} s vs env {r['env']:.2f} s + update {r['update']:.2f} s + "
-              f"eval {r['eval']:.2f} s measured apart: the loop adds "
-              f"{100 * (r['loop'] / parts - 1):+.1f} %")
+    for utd, steps in ((1, 2000), (8, 700)):
+        rounds = end_to_end(utd, steps=300 if quick else steps, start_steps=300,
+                            rounds=FLAGS.rounds)
+        added = []
+        for r in rounds:
+            added.append(100 * (r["loop"] / (r["env"] + r["update"] + r["eval"]) - 1))
+            print(f"end to end, UTD {utd}: {r['steps'] / r['loop']:.0f} env steps/s while "
+                  f"training; loop {r['loop']:.2f} s vs env {r['env']:.2f} s + update "
+                  f"{r['update']:.2f} s + eval {r['eval']:.2f} s measured apart: the loop adds "
+                  f"{added[-1]:+.1f} %")
+        print(f"  the loop adds {np.median(added):+.1f} % at UTD {utd} (median of {len(added)} "
+              f"rounds, {min(added):+.1f} to {max(added):+.1f} %)")
+        r = rounds[0]
         interval = TrainConfig().eval_every * r["loop"] / r["steps"]
         print(f"  diagnostics: {r['diagnose']:.3f} s per evaluation = "
               f"{100 * r['diagnose'] / interval:.2f} % of the {TrainConfig().eval_every} "

@@ -1,0 +1,139 @@
+"""Where the training loop's time goes, per env step: each part inside a real run and alone.
+
+    python benchmarks/loop_breakdown.py            # SAC, humanoid-stand, UTD 1, 2000 steps
+    python benchmarks/loop_breakdown.py --utd=8 --steps=500
+
+`benchmarks/throughput.py` reports how much the loop adds to env + update + eval time measured
+apart. This script says which part it is: it runs real training iterations (`Trainer.iteration`)
+with timers around the env (steps and resets), the replay insert and sample and the jitted
+update+act call (waited on, as the loop waits for its actions), then times each part again in
+a tight loop of its own. The rest (the loop's own Python, a train.csv row every 1,000 steps)
+is what remains. A last row steps the env alone with a 16 MiB memory copy before each step, which
+evicts the CPU caches as the update does without running any XLA code.
+"""
+
+import tempfile
+import time
+from collections import defaultdict
+
+import jax
+import numpy as np
+from absl import app, flags
+from bench_utils import xla_flags
+
+from agents import make_agent
+from launch.config import TrainConfig
+from launch.train import Trainer, to_batch
+
+flags.DEFINE_string("env", "humanoid-stand", "Task whose dimensions and physics are used.")
+flags.DEFINE_integer("utd", 1, "Gradient steps per env step.")
+flags.DEFINE_integer("steps", 2000, "Env steps timed (after 300 random ones and compilation).")
+FLAGS = flags.FLAGS
+
+START_STEPS = 300
+
+
+def timed(fn, totals: dict, name: str, wait: bool = False):
+    """`fn` with its seconds added to totals[name]; `wait` blocks on JAX results first."""
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        out = fn(*args, **kwargs)
+        if wait:
+            jax.block_until_ready(out)
+        totals[name] += time.perf_counter() - start
+        return out
+
+    return wrapper
+
+
+def env_alone(env, steps: int, between=None) -> float:
+    """Seconds of `steps` random-action env steps (and the resets they need) in a tight loop,
+    with `between()` run untimed before each step."""
+    actions = np.random.default_rng(0).uniform(-1, 1, (steps, env.num_envs, env.act_dim))
+    env.reset()
+    total = 0.0
+    for a in actions.astype(np.float32):
+        if between is not None:
+            between()
+        start = time.perf_counter()
+        _, _, terminated, truncated = env.step(a)
+        if (terminated | truncated).all():
+            env.reset()
+        total += time.perf_counter() - start
+    return total
+
+
+def main(_):
+    steps, utd = FLAGS.steps, FLAGS.utd
+    print(f"devices: {jax.devices()}; XLA_FLAGS: {xla_flags()}")
+    with tempfile.TemporaryDirectory() as logdir:
+        cfg = TrainConfig(agent="sac", env=FLAGS.env, utd=utd, max_steps=10**7,
+                          start_steps=START_STEPS, eval_every=10 * steps,
+                          logdir=logdir, progress=False, checkpoint_every=10 * steps,
+                          buffer_capacity=100_000)
+        trainer = Trainer(make_agent("sac"), cfg)
+        loop = trainer.start()
+        started = time.time()
+        while loop.env_step <= max(START_STEPS + steps // 4, cfg.log_every):  # compilations
+            trainer.iteration(loop, started)
+        jax.block_until_ready(loop.states)
+
+        inside = defaultdict(float)
+        env_step, env_reset = trainer.env.step, trainer.env.reset
+        insert, sample = trainer.buffer.insert, trainer.buffer.sample
+        train_step = trainer.train_step
+        trainer.env.step = timed(env_step, inside, "env")
+        trainer.env.reset = timed(env_reset, inside, "env")
+        trainer.buffer.insert = timed(insert, inside, "replay insert")
+        trainer.buffer.sample = timed(sample, inside, "replay sample")
+        trainer.train_step = timed(train_step, inside, "update + act (jit)", wait=True)
+        start = time.perf_counter()
+        for _ in range(steps):
+            trainer.iteration(loop, started)
+        jax.block_until_ready(loop.states)
+        loop_seconds = time.perf_counter() - start
+        trainer.env.step, trainer.env.reset, trainer.buffer.insert = env_step, env_reset, insert
+        trainer.buffer.sample, trainer.train_step = sample, train_step
+
+        apart = {"env": env_alone(trainer.env, steps)}
+        obs, actions, rewards = loop.obs, loop.actions, np.zeros(cfg.num_seeds, np.float32)
+        no = np.zeros(cfg.num_seeds, bool)
+        start = time.perf_counter()
+        for _ in range(steps):  # the obs repeat, so each is its own next obs: a valid episode
+            insert(obs, actions, rewards, obs, no, no)
+        apart["replay insert"] = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(steps):
+            batch = sample(cfg.batch_size, utd)
+        apart["replay sample"] = time.perf_counter() - start
+        batch = to_batch(batch)
+        start = time.perf_counter()
+        for _ in range(steps):
+            loop.states, acts, loop.keys, loop.metric_sums = train_step(
+                loop.states, batch, loop.obs, loop.keys, loop.metric_sums)
+            np.asarray(acts)
+        apart["update + act (jit)"] = time.perf_counter() - start
+        source, target = np.ones(4 * 2**20, np.float32), np.empty(4 * 2**20, np.float32)
+        evicted = env_alone(trainer.env, steps, lambda: np.copyto(target, source))
+
+    ms = 1e3 / steps
+    print(f"SAC, {FLAGS.env}, UTD {utd}, 1 seed, {steps} env steps: "
+          f"{loop_seconds * ms:.3f} ms per env step in the loop")
+    print(f"{'part':<20} {'in loop (ms)':>12} {'alone (ms)':>10} {'added (ms)':>10} "
+          f"{'added / loop':>12}")
+    for name, seconds in inside.items():
+        added = seconds - apart[name]
+        print(f"{name:<20} {seconds * ms:>12.3f} {apart[name] * ms:>10.3f} {added * ms:>10.3f} "
+              f"{100 * added / loop_seconds:>11.1f}%")
+    rest = loop_seconds - sum(inside.values())
+    print(f"{'everything else':<20} {rest * ms:>12.3f} {'':>10} {rest * ms:>10.3f} "
+          f"{100 * rest / loop_seconds:>11.1f}%")
+    print(f"the loop adds {100 * (loop_seconds / sum(apart.values()) - 1):+.1f} % to its parts "
+          "timed alone")
+    print(f"env alone, a 16 MiB memory copy before each step: {evicted * ms:.3f} ms per step "
+          f"({evicted / apart['env']:.2f}x its time alone)")
+
+
+if __name__ == "__main__":
+    app.run(main)
