@@ -54,7 +54,8 @@ def networks(config: SACConfig, act_dim: int) -> tuple[nn.Module, nn.Module]:
     actor = TanhGaussianPolicy(
         config.hidden_dims, act_dim, config.log_std_min, config.log_std_max, config.layer_norm
     )
-    critic = Ensemble(Critic(config.hidden_dims, layer_norm=config.layer_norm), config.num_critics)
+    critic = Ensemble(Critic(config.hidden_dims, layer_norm=config.layer_norm), config.num_critics,
+                      tile_inputs=True)
     return actor, critic
 
 
