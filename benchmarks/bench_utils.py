@@ -13,7 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import launch  # noqa: F401 (sets the XLA:CPU options of launch.xla_flags before JAX starts)
+from agents import make_agent
 from agents.common import Batch
+from launch.config import TrainConfig
+from launch.train import Trainer
 
 
 def xla_flags() -> str:
@@ -95,3 +98,38 @@ def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, b
     seconds = best_time(lambda: jax.block_until_ready(update(states, batches)), repeats=5,
                         min_seconds=2.0)
     return seeds * utd / seconds, step_flops * utd / seconds
+
+
+def env_seconds(env, steps: int, rng: np.random.Generator, between=None) -> float:
+    """Seconds of `steps` random-action steps of a vector env (and the resets they need), with
+    `between()`, when given, run untimed before each step."""
+    actions = rng.uniform(-1, 1, (steps, env.num_envs, env.act_dim)).astype(np.float32)
+    total = 0.0
+    for a in actions:
+        if between is not None:
+            between()
+        start = time.perf_counter()
+        _, _, terminated, truncated = env.step(a)
+        if (terminated | truncated).all():
+            env.reset()
+        total += time.perf_counter() - start
+    return total
+
+
+def sac_trainer(logdir: str, env: str, utd: int, **settings) -> Trainer:
+    """A SAC `Trainer` of 1 seed for timing the loop: 300 random steps, a 100,000-transition
+    buffer, no progress bar; `settings` are further TrainConfig fields."""
+    settings = {"start_steps": 300, "buffer_capacity": 100_000, "progress": False, **settings}
+    return Trainer(make_agent("sac"), TrainConfig(agent="sac", env=env, utd=utd, logdir=logdir,
+                                                  **settings))
+
+
+def update_seconds(trainer: Trainer, loop, batch: Batch, calls: int) -> float:
+    """Seconds of `calls` jitted update+act calls on one fixed batch, each waited on for its
+    actions as the loop waits (the calls train `loop.states` on)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        loop.states, actions, loop.keys, loop.metric_sums = trainer.train_step(
+            loop.states, batch, loop.obs, loop.keys, loop.metric_sums)
+        np.asarray(actions)
+    return time.perf_counter() - start

@@ -23,37 +23,40 @@ flags.DEFINE_integer("rounds", 2, "Times each setting is measured (alternating).
 FLAGS = flags.FLAGS
 
 SHAPES = {"sac": {"utd": 8, "batch": 256}, "bro": {"utd": 10, "batch": 128}}
+OWN_NETWORKS = {name: importlib.import_module(f"agents.{name}").networks for name in SHAPES}
 
 
-def set_tiling(agent: str, tile: bool | None) -> bool:
-    """Make `agents.<agent>.networks` build its ensembles with `tile_inputs=tile` (None: the
-    agent's own choice, restored). Returns the agent's own choice."""
-    module = importlib.import_module(f"agents.{agent}")
-    own = getattr(module, "_own_networks", module.networks)
-    module._own_networks = own
+def own_tiling(agent: str) -> bool:
+    """The `tile_inputs` the agent's own critic ensemble uses."""
+    nets = OWN_NETWORKS[agent](make_agent(agent).config, 1)
+    return next(n for n in nets if isinstance(n, Ensemble)).tile_inputs
 
+
+def use_tiling(agent: str, tile: bool) -> None:
+    """Make `agents.<agent>.networks`, which the agent's init calls, build its critic ensemble
+    with `tile_inputs=tile`."""
     def networks(config, act_dim):
-        nets = own(config, act_dim)
+        nets = OWN_NETWORKS[agent](config, act_dim)
         return tuple(n.clone(tile_inputs=tile) if isinstance(n, Ensemble) else n for n in nets)
 
-    module.networks = own if tile is None else networks
-    critics = [n for n in own(make_agent(agent).config, 1) if isinstance(n, Ensemble)]
-    return critics[0].tile_inputs
+    importlib.import_module(f"agents.{agent}").networks = networks
 
 
 def main(_):
+    unknown = sorted(set(FLAGS.agents) - set(SHAPES))
+    if unknown:
+        raise app.UsageError(f"--agents: unknown {unknown}; accepted: {sorted(SHAPES)}")
     print(f"XLA_FLAGS: {xla_flags()}")
     for name in FLAGS.agents:
-        own = set_tiling(name, None)
+        own = own_tiling(name)
         for seeds in map(int, FLAGS.seeds):
             rates = {True: [], False: []}
             for _ in range(FLAGS.rounds):
                 for tile in (False, True):
-                    set_tiling(name, tile)
+                    use_tiling(name, tile)
                     rate, _ = update_throughput(make_agent(name), 67, 21, seeds=seeds,
                                                 **SHAPES[name])
                     rates[tile].append(rate)
-            set_tiling(name, None)
             shown = {t: ", ".join(f"{r:.1f}" for r in rates[t]) + ("*" if t == own else "")
                      for t in rates}
             print(f"{name}, {seeds} seed(s), seed-updates/s: not tiled {shown[False]}; tiled "

@@ -19,18 +19,14 @@ from collections import defaultdict
 import jax
 import numpy as np
 from absl import app, flags
-from bench_utils import xla_flags
+from bench_utils import env_seconds, sac_trainer, update_seconds, xla_flags
 
-from agents import make_agent
-from launch.config import TrainConfig
-from launch.train import Trainer, to_batch
+from launch.train import to_batch
 
 flags.DEFINE_string("env", "humanoid-stand", "Task whose dimensions and physics are used.")
 flags.DEFINE_integer("utd", 1, "Gradient steps per env step.")
 flags.DEFINE_integer("steps", 2000, "Env steps timed (after 300 random ones and compilation).")
 FLAGS = flags.FLAGS
-
-START_STEPS = 300
 
 
 def timed(fn, totals: dict, name: str, wait: bool = False):
@@ -47,35 +43,16 @@ def timed(fn, totals: dict, name: str, wait: bool = False):
     return wrapper
 
 
-def env_alone(env, steps: int, between=None) -> float:
-    """Seconds of `steps` random-action env steps (and the resets they need) in a tight loop,
-    with `between()` run untimed before each step."""
-    actions = np.random.default_rng(0).uniform(-1, 1, (steps, env.num_envs, env.act_dim))
-    env.reset()
-    total = 0.0
-    for a in actions.astype(np.float32):
-        if between is not None:
-            between()
-        start = time.perf_counter()
-        _, _, terminated, truncated = env.step(a)
-        if (terminated | truncated).all():
-            env.reset()
-        total += time.perf_counter() - start
-    return total
-
-
 def main(_):
     steps, utd = FLAGS.steps, FLAGS.utd
     print(f"devices: {jax.devices()}; XLA_FLAGS: {xla_flags()}")
     with tempfile.TemporaryDirectory() as logdir:
-        cfg = TrainConfig(agent="sac", env=FLAGS.env, utd=utd, max_steps=10**7,
-                          start_steps=START_STEPS, eval_every=10 * steps,
-                          logdir=logdir, progress=False, checkpoint_every=10 * steps,
-                          buffer_capacity=100_000)
-        trainer = Trainer(make_agent("sac"), cfg)
+        trainer = sac_trainer(logdir, FLAGS.env, utd, max_steps=10**7, eval_every=10**7,
+                              checkpoint_every=10**7)
+        cfg = trainer.cfg
         loop = trainer.start()
         started = time.time()
-        while loop.env_step <= max(START_STEPS + steps // 4, cfg.log_every):  # compilations
+        while loop.env_step <= max(cfg.start_steps + steps // 4, cfg.log_every):  # compilations
             trainer.iteration(loop, started)
         jax.block_until_ready(loop.states)
 
@@ -96,7 +73,9 @@ def main(_):
         trainer.env.step, trainer.env.reset, trainer.buffer.insert = env_step, env_reset, insert
         trainer.buffer.sample, trainer.train_step = sample, train_step
 
-        apart = {"env": env_alone(trainer.env, steps)}
+        rng = np.random.default_rng(0)
+        trainer.env.reset()
+        apart = {"env": env_seconds(trainer.env, steps, rng)}
         obs, actions, rewards = loop.obs, loop.actions, np.zeros(cfg.num_seeds, np.float32)
         no = np.zeros(cfg.num_seeds, bool)
         start = time.perf_counter()
@@ -107,15 +86,9 @@ def main(_):
         for _ in range(steps):
             batch = sample(cfg.batch_size, utd)
         apart["replay sample"] = time.perf_counter() - start
-        batch = to_batch(batch)
-        start = time.perf_counter()
-        for _ in range(steps):
-            loop.states, acts, loop.keys, loop.metric_sums = train_step(
-                loop.states, batch, loop.obs, loop.keys, loop.metric_sums)
-            np.asarray(acts)
-        apart["update + act (jit)"] = time.perf_counter() - start
+        apart["update + act (jit)"] = update_seconds(trainer, loop, to_batch(batch), steps)
         source, target = np.ones(4 * 2**20, np.float32), np.empty(4 * 2**20, np.float32)
-        evicted = env_alone(trainer.env, steps, lambda: np.copyto(target, source))
+        evicted = env_seconds(trainer.env, steps, rng, lambda: np.copyto(target, source))
 
     ms = 1e3 / steps
     print(f"SAC, {FLAGS.env}, UTD {utd}, 1 seed, {steps} env steps: "

@@ -19,29 +19,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
-from bench_utils import best_time, matmul_peak, update_throughput, xla_flags
+from bench_utils import (
+    best_time,
+    env_seconds,
+    matmul_peak,
+    sac_trainer,
+    update_seconds,
+    update_throughput,
+    xla_flags,
+)
 
 from agents import make_agent
 from envs import make_vector_env
 from launch.config import TrainConfig
-from launch.train import Trainer, evaluate, to_batch
+from launch.train import evaluate, to_batch
 
 flags.DEFINE_string("env", "humanoid-stand", "Task whose dimensions and physics are used.")
 flags.DEFINE_boolean("quick", False, "Fewer steps (a rough check).")
 flags.DEFINE_list("seeds", ["1", "4"], "Seed counts at which the update is timed.")
 flags.DEFINE_integer("rounds", 3, "End-to-end rounds (loop and parts measured apart) per UTD.")
 FLAGS = flags.FLAGS
-
-
-def env_seconds(env, steps: int, rng: np.random.Generator) -> float:
-    """Seconds of `steps` random-action steps of `env` (and the resets they need)."""
-    actions = rng.uniform(-1, 1, (steps, env.num_envs, env.act_dim)).astype(np.float32)
-    start = time.perf_counter()
-    for a in actions:
-        _, _, terminated, truncated = env.step(a)
-        if (terminated | truncated).all():
-            env.reset()
-    return time.perf_counter() - start
 
 
 def env_steps_per_second(name: str, steps: int) -> float:
@@ -70,36 +67,30 @@ def critic_layer_flops(seeds: int, fan_in: int, batch: int = 256, width: int = 2
     return 3 * 2 * members * batch * fan_in * width / seconds
 
 
-def end_to_end(utd: int, steps: int, start_steps: int, rounds: int,
-               chunks: int = 10) -> list[dict[str, float]]:
+def end_to_end(utd: int, steps: int, rounds: int, chunks: int = 10):
     """Per round: seconds of `steps` training iterations of a real run (one evaluation among
     them), and of the same work measured apart: env stepping alone, the jitted update+act call
     alone, and the evaluation alone. Each round runs its iterations in `chunks` pieces, each
     followed by as many update calls and env steps alone, so that the machine's speed, which
     drifts by several percent over seconds here, reaches the loop and its parts alike. A
     first stretch of `steps` iterations (random phase, compilation, first evaluation) is
-    not timed."""
+    not timed. Returns the rounds and the seconds of one diagnostics pass."""
     results = []
     env = make_vector_env(FLAGS.env, [0])
     env.reset()
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as logdir:
-        cfg = TrainConfig(agent="sac", env=FLAGS.env, utd=utd,
-                          max_steps=start_steps + (rounds + 1) * steps, start_steps=start_steps,
-                          eval_every=steps, log_every=1000, eval_episodes=1, logdir=logdir,
-                          progress=False, checkpoint_every=10 * rounds * steps,
-                          buffer_capacity=100_000)
-        trainer = Trainer(make_agent("sac"), cfg)
+        trainer = sac_trainer(logdir, FLAGS.env, utd, eval_every=steps, eval_episodes=1,
+                              max_steps=10**7, checkpoint_every=10**7)
         loop = trainer.start()
         started = time.time()
-        while loop.env_step < start_steps + steps:
+        while loop.env_step < trainer.cfg.start_steps + steps:
             trainer.iteration(loop, started)
         jax.block_until_ready(loop.states)
         diagnose_seconds = best_time(lambda: trainer.log_diagnostics(loop), repeats=3)
-        batch = to_batch(trainer.buffer.sample(cfg.batch_size, utd))
+        batch = to_batch(trainer.buffer.sample(trainer.cfg.batch_size, utd))
         for _ in range(rounds):
-            r = {"loop": 0.0, "env": 0.0, "update": 0.0, "diagnose": diagnose_seconds,
-                 "steps": steps}
+            r = {"loop": 0.0, "env": 0.0, "update": 0.0}
             end = loop.env_step + steps  # the round holds one multiple of eval_every
             for chunk in range(chunks):
                 n = end - loop.env_step if chunk == chunks - 1 else steps // chunks
@@ -108,18 +99,13 @@ def end_to_end(utd: int, steps: int, start_steps: int, rounds: int,
                     trainer.iteration(loop, started)
                 jax.block_until_ready(loop.states)
                 r["loop"] += time.perf_counter() - start
-                start = time.perf_counter()
-                for _ in range(n):
-                    loop.states, actions, loop.keys, loop.metric_sums = trainer.train_step(
-                        loop.states, batch, loop.obs, loop.keys, loop.metric_sums)
-                    np.asarray(actions)
-                r["update"] += time.perf_counter() - start
+                r["update"] += update_seconds(trainer, loop, batch, n)
                 r["env"] += env_seconds(env, n, rng)
             start = time.perf_counter()
-            evaluate(trainer.eval_act, loop.states, trainer.eval_env, cfg.eval_episodes)
+            evaluate(trainer.eval_act, loop.states, trainer.eval_env, 1)
             r["eval"] = time.perf_counter() - start
             results.append(r)
-    return results
+    return results, diagnose_seconds
 
 
 def main(_):
@@ -141,21 +127,20 @@ def main(_):
               f"256x256 hidden layer, {100 * first / peak:.1f} % for the 88x256 first layer")
 
     for utd, steps in ((1, 2000), (8, 700)):
-        rounds = end_to_end(utd, steps=300 if quick else steps, start_steps=300,
-                            rounds=FLAGS.rounds)
+        steps = 300 if quick else steps
+        rounds, diagnose = end_to_end(utd, steps, FLAGS.rounds)
         added = []
         for r in rounds:
             added.append(100 * (r["loop"] / (r["env"] + r["update"] + r["eval"]) - 1))
-            print(f"end to end, UTD {utd}: {r['steps'] / r['loop']:.0f} env steps/s while "
+            print(f"end to end, UTD {utd}: {steps / r['loop']:.0f} env steps/s while "
                   f"training; loop {r['loop']:.2f} s vs env {r['env']:.2f} s + update "
                   f"{r['update']:.2f} s + eval {r['eval']:.2f} s measured apart: the loop adds "
                   f"{added[-1]:+.1f} %")
         print(f"  the loop adds {np.median(added):+.1f} % at UTD {utd} (median of {len(added)} "
               f"rounds, {min(added):+.1f} to {max(added):+.1f} %)")
-        r = rounds[0]
-        interval = TrainConfig().eval_every * r["loop"] / r["steps"]
-        print(f"  diagnostics: {r['diagnose']:.3f} s per evaluation = "
-              f"{100 * r['diagnose'] / interval:.2f} % of the {TrainConfig().eval_every} "
+        interval = TrainConfig().eval_every * rounds[0]["loop"] / steps
+        print(f"  diagnostics: {diagnose:.3f} s per evaluation = "
+              f"{100 * diagnose / interval:.2f} % of the {TrainConfig().eval_every} "
               f"training steps between evaluations at this rate")
 
 

@@ -35,8 +35,9 @@ class Ensemble(nn.Module):
     batched product with nothing to transpose. Parameters and values are the same either way
     (input gradients are summed over copies in another order). On 2 CPU cores
     (`python benchmarks/ensemble_tiling.py`), SAC's update (256 wide, batch 256) runs 2-3 %
-    faster with 1 seed and 6-11 % faster with 4 tiled, so SAC tiles; BRO's (512 wide, batch
-    128) runs 3 % slower with 1 seed tiled (within noise with 4), so BRO does not.
+    faster with 1 seed and 6-11 % faster with 4 tiled, so SAC tiles; for BRO's (512 wide,
+    batch 128) the difference is within run-to-run noise (-3 % to +1 % with 1 seed), so BRO
+    keeps the default.
     """
 
     net: nn.Module
