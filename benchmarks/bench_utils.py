@@ -70,6 +70,26 @@ def flops(compiled) -> float:
     return float(cost["flops"])
 
 
+def critic_layer_flops(seeds: int, fan_in: int, batch: int = 256, width: int = 256) -> float:
+    """FLOP/s of one critic layer's matmuls alone, for `seeds` seeds of a 2-critic ensemble:
+    the forward product, the input gradient and the weight gradient of (2 * seeds)
+    independent fan_in x width layers on `batch` rows, batched as the seed- and
+    ensemble-vmapped update batches them: how fast XLA runs them with nothing else around."""
+    members = 2 * seeds
+    keys = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.normal(keys[0], (members, batch, fan_in))
+    g = jax.random.normal(keys[1], (members, batch, width))
+    kernel = jax.random.normal(keys[2], (members, fan_in, width))
+
+    @jax.jit
+    def layer(x, g, kernel):
+        return (jnp.einsum("mbi,mio->mbo", x, kernel), jnp.einsum("mbo,mio->mbi", g, kernel),
+                jnp.einsum("mbi,mbo->mio", x, g))
+
+    seconds = best_time(lambda: jax.block_until_ready(layer(x, g, kernel)))
+    return 3 * 2 * members * batch * fan_in * width / seconds
+
+
 def random_batches(seeds: int, utd: int, batch: int, obs_dim: int, act_dim: int) -> Batch:
     """Host (numpy) minibatches shaped (seeds, utd, batch, ...), as the replay buffer gives."""
     rng = np.random.default_rng(0)
@@ -83,11 +103,14 @@ def random_batches(seeds: int, utd: int, batch: int, obs_dim: int, act_dim: int)
     )
 
 
-def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int):
+def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int,
+                      sharding=None):
     """(seed-updates/s, achieved FLOP/s) of the seed-vmapped, jitted UTD update.
 
     FLOPs come from XLA's cost analysis of one gradient step (a UTD-1 update), times utd:
-    XLA counts a scan's body once, whatever its trip count.
+    XLA counts a scan's body once, whatever its trip count. With `sharding` (of the seed axis)
+    the timed update runs on the states and batches placed that way; the FLOPs are still
+    counted on one device.
     """
     init = jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim)))
     states = init(jax.random.split(jax.random.key(0), seeds))
@@ -95,6 +118,8 @@ def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, b
     one_step = random_batches(seeds, 1, batch, obs_dim, act_dim)
     step_flops = flops(update.lower(states, one_step).compile())
     batches = random_batches(seeds, utd, batch, obs_dim, act_dim)
+    if sharding is not None:
+        states, batches = jax.device_put((states, batches), sharding)
     seconds = best_time(lambda: jax.block_until_ready(update(states, batches)), repeats=5,
                         min_seconds=2.0)
     return seeds * utd / seconds, step_flops * utd / seconds

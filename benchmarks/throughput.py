@@ -16,11 +16,11 @@ import tempfile
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 from bench_utils import (
     best_time,
+    critic_layer_flops,
     env_seconds,
     matmul_peak,
     sac_trainer,
@@ -45,26 +45,6 @@ def env_steps_per_second(name: str, steps: int) -> float:
     env = make_vector_env(name, [0])
     env.reset()
     return steps / env_seconds(env, steps, np.random.default_rng(0))
-
-
-def critic_layer_flops(seeds: int, fan_in: int, batch: int = 256, width: int = 256) -> float:
-    """FLOP/s of one critic layer's matmuls alone, for `seeds` seeds of a 2-critic ensemble:
-    the forward product, the input gradient and the weight gradient of (2 * seeds)
-    independent fan_in x width layers on `batch` rows, batched as the seed- and
-    ensemble-vmapped update batches them: how fast XLA runs them with nothing else around."""
-    members = 2 * seeds
-    keys = jax.random.split(jax.random.key(0), 3)
-    x = jax.random.normal(keys[0], (members, batch, fan_in))
-    g = jax.random.normal(keys[1], (members, batch, width))
-    kernel = jax.random.normal(keys[2], (members, fan_in, width))
-
-    @jax.jit
-    def layer(x, g, kernel):
-        return (jnp.einsum("mbi,mio->mbo", x, kernel), jnp.einsum("mbo,mio->mbi", g, kernel),
-                jnp.einsum("mbi,mbo->mio", x, g))
-
-    seconds = best_time(lambda: jax.block_until_ready(layer(x, g, kernel)))
-    return 3 * 2 * members * batch * fan_in * width / seconds
 
 
 def end_to_end(utd: int, steps: int, rounds: int, chunks: int = 10):
