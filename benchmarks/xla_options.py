@@ -20,6 +20,7 @@ machine's speed drifts by several percent.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -74,7 +75,10 @@ def run_set(options: str, devices: int, seed_counts: list[int]) -> tuple[list[di
                if line.startswith("RESULT ")]
     if proc.returncode == 0:
         return results, ""
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:160]
+    lines = proc.stderr.strip().splitlines() or ["no output"]
+    errors = [line for line in lines if re.match(r"[FE]\d{4} ", line) or "rror" in line
+              or "failed" in line]
+    last = (errors or lines)[-1][:200]
     status = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
     return results, f"died ({status}): {last}"
 
@@ -120,6 +124,7 @@ def main() -> None:
                       f"{devices} devices")
             if died:
                 print(f"  {died}", flush=True)
+
 
 if __name__ == "__main__":
     main()
