@@ -62,6 +62,7 @@ def main(_):
             print(f"{name}, {seeds} seed(s), seed-updates/s: not tiled {shown[False]}; tiled "
                   f"{shown[True]}; tiled / not tiled {max(rates[True]) / max(rates[False]):.3f} "
                   "(best of each)")
+        importlib.import_module(f"agents.{name}").networks = OWN_NETWORKS[name]
 
 
 if __name__ == "__main__":
