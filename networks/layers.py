@@ -1,5 +1,5 @@
 """Dense and LayerNorm with the parameters, initialisation and forward pass of flax's, whose
-gradients are arranged for XLA:CPU's kernels.
+gradients are arranged for XLA:CPU's kernels when the computation runs on a CPU.
 
 Three changes to the backward pass, each measured on 2 cores:
 
@@ -17,12 +17,18 @@ Three changes to the backward pass, each measured on 2 cores:
   batch 128). XLA:CPU's product with a transposed right operand is slow at those shapes;
   `python benchmarks/input_grad.py`: 1.0-1.1 ms against 0.8 ms for BRO's two 128 x 512 x 512
   products, 8.1-8.8 ms against 2.4 ms at width 1024. With as many rows as units (SAC's
-  256 x 256) the direct product is as fast or faster, and is kept. Other backends always get
-  the direct product.
+  256 x 256) the direct product is as fast or faster, and is kept.
 - LayerNorm's normalisation has its closed-form gradient, `(g - mean(g) - y mean(g y)) / std`
   (two row means), where autodiff through the mean and variance emits more, smaller XLA ops.
   BRO's UTD-10 update went from 32.1-32.4 to 34.2-34.7 seed-updates/s with it, SAC's from
   193 to 199 (1 seed) and 206 to 209 (4 seeds).
+
+On any other backend `Dense` and `LayerNorm` compute what flax's layers compute, gradients
+included (`jax.lax.platform_dependent`, resolved when the computation is lowered, so a GPU's
+compiler never sees the CPU rules). On an H200 (jax 0.11.2) the CPU rules compiled and ran
+for 1 and 4 SAC seeds and 1 BRO seed, but compiling SAC's update for 16 seeds did not finish
+within 50 seconds, nor BRO's for 4 seeds within about 80, where flax's layers had compiled and
+run at those sizes.
 
 The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
 Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
@@ -97,20 +103,20 @@ def _input_grad(g: jax.Array, kernel: jax.Array) -> jax.Array:
     rows = math.prod(g.shape[:-1])
     if rows >= min(kernel.shape):
         return _contract_last(g, kernel)
+    grad_t = _contract_last(kernel, g.reshape(rows, g.shape[-1]))  # (in, rows)
+    # The barrier keeps XLA from folding the transpose back into the product.
+    grad = jax.lax.optimization_barrier(grad_t).T
+    return grad.reshape(*g.shape[:-1], kernel.shape[0])
 
-    def transposed(g, kernel):
-        grad_t = _contract_last(kernel, g.reshape(rows, g.shape[-1]))  # (in, rows)
-        # The barrier keeps XLA from folding the transpose back into the product.
-        grad = jax.lax.optimization_barrier(grad_t).T
-        return grad.reshape(*g.shape[:-1], kernel.shape[0])
 
-    return jax.lax.platform_dependent(g, kernel, cpu=transposed, default=_contract_last)
+def _plain_matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
 
 
 @jax.custom_vjp
 def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
     """`x @ kernel` for `x (..., in)` and `kernel (in, out)`."""
-    return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
+    return _plain_matmul(x, kernel)
 
 
 def _matmul_fwd(x, kernel):
@@ -127,6 +133,12 @@ def _matmul_bwd(res, g):
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
+def on_cpu(custom: Callable, plain: Callable, *args: jax.Array) -> jax.Array:
+    """`custom(*args)` (the rules above) where the computation runs on a CPU, `plain(*args)`
+    (autodiff's gradients, as flax's layers) elsewhere; see the module notes."""
+    return jax.lax.platform_dependent(*args, cpu=custom, default=plain)
+
+
 class Dense(nn.Module):
     """`x @ kernel + bias`, as `flax.linen.Dense` (same parameter names, shapes and init)."""
 
@@ -140,10 +152,11 @@ class Dense(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features),
                             self.param_dtype)
-        y = matmul(x, kernel)
+        y = on_cpu(matmul, _plain_matmul, x, kernel)
         if not self.use_bias:
             return y
-        return add_bias(y, self.param("bias", self.bias_init, (self.features,), self.param_dtype))
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
+        return on_cpu(add_bias, jnp.add, y, bias)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -183,4 +196,6 @@ class LayerNorm(nn.Module):
         features = x.shape[-1]
         scale = self.param("scale", nn.initializers.ones_init(), (features,), self.param_dtype)
         shift = self.param("bias", nn.initializers.zeros_init(), (features,), self.param_dtype)
-        return scale_shift(normalize(x, self.epsilon), scale, shift)
+        epsilon = self.epsilon
+        y = on_cpu(lambda x: normalize(x, epsilon), lambda x: _normalize_fwd(x, epsilon)[0], x)
+        return on_cpu(scale_shift, lambda y, scale, shift: y * scale + shift, y, scale, shift)

@@ -1,5 +1,8 @@
 """networks.layers: flax's Dense and LayerNorm, with gradients arranged for XLA:CPU."""
 
+import collections
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -136,3 +139,28 @@ def test_layer_norm_gradient_matches_flax_on_a_constant_row():
         grads.append(jax.grad(
             lambda x, m=module, p=params: jnp.sum(jnp.sin(m.apply(p, x)) * jnp.arange(8.0)))(x))
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-5)
+
+
+def _gradient_ops(block: nn.Module, x: jax.Array, platform: str) -> collections.Counter:
+    """StableHLO op counts of the jitted parameter gradient, lowered for `platform` (lowering
+    needs no such device), leaving out reductions over one element (reshapes to XLA)."""
+    params = block.init(jax.random.key(0), x)
+    grad = jax.jit(jax.grad(lambda p: jnp.sum(jnp.sin(block.apply(p, x)))))
+    text = grad.trace(params).lower(lowering_platforms=(platform,)).as_text()
+    text = re.sub(r"stablehlo\.reduce\([^\n]*\(tensor<1x\d+xf32>", "", text)
+    return collections.Counter(re.findall(r"stablehlo\.(\w+)", text))
+
+
+@pytest.mark.parametrize("rows", [2, 64])  # Dense_1 input gradient on a CPU: transposed, direct
+def test_other_backends_get_flax_gradients(rows):
+    """Lowered for a GPU, the gradient has flax's products and reductions and none of the CPU
+    rules (row-slice sums, the transposed input gradient's barrier); lowered for a CPU, it has
+    them. An H200 did not finish compiling the CPU rules for 16 SAC seeds (networks/layers.py)."""
+    x = jnp.ones((rows, 11))
+    ours, theirs = _gradient_ops(Block(True), x, "cuda"), _gradient_ops(Block(False), x, "cuda")
+    for op in ("dot_general", "reduce", "slice", "optimization_barrier"):
+        assert ours[op] == theirs[op], (op, ours, theirs)
+    assert ours["slice"] == 0
+    on_cpu = _gradient_ops(Block(True), x, "cpu")
+    assert on_cpu["slice"] > 0 and on_cpu["reduce"] < theirs["reduce"]
+    assert on_cpu["optimization_barrier"] == (1 if rows < 3 else 0), on_cpu
