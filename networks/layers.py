@@ -27,8 +27,8 @@ On any other backend `Dense` and `LayerNorm` compute what flax's layers compute,
 included (`jax.lax.platform_dependent`, resolved when the computation is lowered, so a GPU's
 compiler never sees the CPU rules). On an H200 (jax 0.11.2) the CPU rules compiled and ran
 for 1 and 4 SAC seeds and 1 BRO seed, but compiling SAC's update for 16 seeds did not finish
-within 50 seconds, nor BRO's for 4 seeds within about 80, where flax's layers had compiled and
-run at those sizes.
+within 50 seconds, nor BRO's for 4 seeds within the rest of a 100-second run, where flax's
+layers had compiled and run at those sizes.
 
 The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
 Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
