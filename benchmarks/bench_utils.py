@@ -7,6 +7,7 @@ measure what training runs with; SINGULARCLIP_STOCK_XLA=1 measures stock XLA ins
 import os
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -103,9 +104,15 @@ def random_batches(seeds: int, utd: int, batch: int, obs_dim: int, act_dim: int)
     )
 
 
+class UpdateSpeed(NamedTuple):
+    rate: float  # seed-updates/s
+    flops_per_s: float  # achieved, from XLA's cost analysis
+    compile_seconds: float  # lowering and compiling the timed UTD update
+
+
 def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int,
-                      sharding=None):
-    """(seed-updates/s, achieved FLOP/s) of the seed-vmapped, jitted UTD update.
+                      sharding=None) -> UpdateSpeed:
+    """Speed of the seed-vmapped, jitted UTD update, and how long it took to compile.
 
     FLOPs come from XLA's cost analysis of one gradient step (a UTD-1 update), times utd:
     XLA counts a scan's body once, whatever its trip count. With `sharding` (of the seed axis)
@@ -120,9 +127,12 @@ def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, b
     batches = random_batches(seeds, utd, batch, obs_dim, act_dim)
     if sharding is not None:
         states, batches = jax.device_put((states, batches), sharding)
-    seconds = best_time(lambda: jax.block_until_ready(update(states, batches)), repeats=5,
+    start = time.perf_counter()
+    compiled = update.lower(states, batches).compile()
+    compile_seconds = time.perf_counter() - start
+    seconds = best_time(lambda: jax.block_until_ready(compiled(states, batches)), repeats=5,
                         min_seconds=2.0)
-    return seeds * utd / seconds, step_flops * utd / seconds
+    return UpdateSpeed(seeds * utd / seconds, step_flops * utd / seconds, compile_seconds)
 
 
 def env_seconds(env, steps: int, rng: np.random.Generator, between=None) -> float:

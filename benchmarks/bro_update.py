@@ -5,9 +5,10 @@
 
 Prints seed-updates/s of the jitted, seed-vmapped UTD-10 update (batch 128) and its FLOP/s
 (XLA cost analysis) as a fraction of the float32 matmul peak measured in the same run, before
-and after the update (the larger of the two is used). --profile traces a few updates with
-jax.profiler and sums the thread time of each kind of XLA op per gradient step, next to the
-wall time per step, to show how much of the step is matmul and how busy the threads are.
+and after the update (the larger of the two is used), and the seconds its compilation took.
+--profile traces a few updates with jax.profiler and sums the thread time of each kind of XLA
+op per gradient step, next to the wall time per step, to show how much of the step is matmul
+and how busy the threads are.
 """
 
 import argparse
@@ -81,11 +82,13 @@ def main() -> None:
           f"{jax.devices()[0].device_kind}; XLA_FLAGS: {xla_flags()}")
     for seeds in args.seeds:
         before = matmul_peak()[0]
-        rate, flops_per_s = update_throughput(agent, OBS_DIM, ACT_DIM, seeds, UTD, BATCH)
+        rate, flops_per_s, compile_seconds = update_throughput(agent, OBS_DIM, ACT_DIM, seeds,
+                                                               UTD, BATCH)
         peak = max(before, matmul_peak()[0])
         print(f"{seeds} seed(s): {rate:6.1f} seed-updates/s, {flops_per_s / 1e9:6.1f} GFLOP/s "
               f"= {flops_per_s / peak:.1%} of the matmul peak {peak / 1e9:.0f} GFLOP/s "
-              f"({flops_per_s / rate / 1e9:.2f} GFLOP per seed and gradient step)")
+              f"({flops_per_s / rate / 1e9:.2f} GFLOP per seed and gradient step; compiled in "
+              f"{compile_seconds:.1f} s)")
     if args.profile:
         for seeds in args.seeds:
             profile(agent, seeds)

@@ -54,9 +54,9 @@ def main(_):
             for _ in range(FLAGS.rounds):
                 for tile in (False, True):
                     use_tiling(name, tile)
-                    rate, _ = update_throughput(make_agent(name), 67, 21, seeds=seeds,
-                                                **SHAPES[name])
-                    rates[tile].append(rate)
+                    speed = update_throughput(make_agent(name), 67, 21, seeds=seeds,
+                                              **SHAPES[name])
+                    rates[tile].append(speed.rate)
             shown = {t: ", ".join(f"{r:.1f}" for r in rates[t]) + ("*" if t == own else "")
                      for t in rates}
             print(f"{name}, {seeds} seed(s), seed-updates/s: not tiled {shown[False]}; tiled "

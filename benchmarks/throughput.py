@@ -5,10 +5,11 @@
     python benchmarks/throughput.py --seeds=1,4,16   # the update at other seed counts
 
 Prints: pure env stepping (steps/s); the jitted UTD-8 update in seed-updates/s for 1 and 4
-seeds (--seeds) and its FLOP/s as a fraction of this machine's measured float32 matmul peak,
-next to the fractions that the critics' layers' matmuls reach alone;
-end-to-end training steps/s at UTD 1 and 8, against the sum of env, update and eval time
-measured apart in between (the loop's overhead), in --rounds rounds and their median.
+seeds (--seeds), its FLOP/s as a fraction of this machine's measured float32 matmul peak next
+to the fractions that the critics' layers' matmuls reach alone, and the seconds its
+compilation took; end-to-end training steps/s at UTD 1 and 8, against the sum of env, update
+and eval time measured apart in between (the loop's overhead), in --rounds rounds and their
+median.
 `python benchmarks/loop_breakdown.py` splits that overhead into its parts.
 """
 
@@ -98,9 +99,11 @@ def main(_):
 
     agent = make_agent("sac")
     for seeds in map(int, FLAGS.seeds):
-        rate, achieved = update_throughput(agent, 67, 21, seeds=seeds, utd=8, batch=256)
+        rate, achieved, compile_seconds = update_throughput(agent, 67, 21, seeds=seeds, utd=8,
+                                                            batch=256)
         print(f"SAC update, UTD 8, {seeds} seed(s): {rate:.0f} seed-updates/s, "
-              f"{achieved / 1e9:.1f} GFLOP/s = {100 * achieved / peak:.1f} % of the matmul peak")
+              f"{achieved / 1e9:.1f} GFLOP/s = {100 * achieved / peak:.1f} % of the matmul peak "
+              f"(compiled in {compile_seconds:.1f} s)")
         first, hidden = critic_layer_flops(seeds, 88), critic_layer_flops(seeds, 256)
         print(f"  its critics' layers' matmuls alone (forward, input and weight gradient, "
               f"{2 * seeds} critics batched): {100 * hidden / peak:.1f} % of the peak for the "

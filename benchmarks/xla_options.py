@@ -57,9 +57,8 @@ def child(seed_counts: list[int]) -> None:
         sharding = None
         if len(devices) > 1:
             sharding = NamedSharding(Mesh(devices, ("seeds",)), PartitionSpec("seeds"))
-        rate, achieved = update_throughput(agent, 67, 21, seeds, utd=8, batch=256,
-                                           sharding=sharding)
-        report(seeds=seeds, update=rate, fraction=achieved / peak)
+        speed = update_throughput(agent, 67, 21, seeds, utd=8, batch=256, sharding=sharding)
+        report(seeds=seeds, update=speed.rate, fraction=speed.flops_per_s / peak)
 
 
 def run_set(options: str, devices: int, seed_counts: list[int]) -> tuple[list[dict], str]:
