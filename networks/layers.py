@@ -31,11 +31,11 @@ within 50 seconds, nor BRO's for 4 seeds within the rest of a 100-second run, wh
 layers had compiled and run at those sizes.
 
 The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
-Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
-jax.hessian) does not: use flax's Dense and LayerNorm (the same parameters) for that.
+Hessian-vector products) goes through these layers; on a CPU forward mode (jax.jvp,
+jax.jacfwd, jax.hessian) does not: use flax's Dense and LayerNorm (the same parameters) for
+that.
 """
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -58,14 +58,16 @@ def sum_rows(x: jax.Array) -> jax.Array:
     return x[0]
 
 
-@jax.custom_vjp
-def add_bias(x: jax.Array, bias: jax.Array) -> jax.Array:
+def _plain_add_bias(x: jax.Array, bias: jax.Array) -> jax.Array:
     """`x + bias` (bias broadcast over the leading axes)."""
     return x + bias
 
 
+add_bias = jax.custom_vjp(_plain_add_bias)
+
+
 def _add_bias_fwd(x, bias):
-    return x + bias, None
+    return _plain_add_bias(x, bias), None
 
 
 def _add_bias_bwd(_, g):
@@ -75,14 +77,16 @@ def _add_bias_bwd(_, g):
 add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
 
 
-@jax.custom_vjp
-def scale_shift(y: jax.Array, scale: jax.Array, shift: jax.Array) -> jax.Array:
+def _plain_scale_shift(y: jax.Array, scale: jax.Array, shift: jax.Array) -> jax.Array:
     """`y * scale + shift` (scale and shift broadcast over the leading axes)."""
     return y * scale + shift
 
 
+scale_shift = jax.custom_vjp(_plain_scale_shift)
+
+
 def _scale_shift_fwd(y, scale, shift):
-    return y * scale + shift, (y, scale)
+    return _plain_scale_shift(y, scale, shift), (y, scale)
 
 
 def _scale_shift_bwd(res, g):
@@ -110,17 +114,15 @@ def _input_grad(g: jax.Array, kernel: jax.Array) -> jax.Array:
 
 
 def _plain_matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """`x @ kernel` for `x (..., in)` and `kernel (in, out)`."""
     return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
 
 
-@jax.custom_vjp
-def matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
-    """`x @ kernel` for `x (..., in)` and `kernel (in, out)`."""
-    return _plain_matmul(x, kernel)
+matmul = jax.custom_vjp(_plain_matmul)
 
 
 def _matmul_fwd(x, kernel):
-    return matmul(x, kernel), (x, kernel)
+    return _plain_matmul(x, kernel), (x, kernel)
 
 
 def _matmul_bwd(res, g):
@@ -133,9 +135,10 @@ def _matmul_bwd(res, g):
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
-def on_cpu(custom: Callable, plain: Callable, *args: jax.Array) -> jax.Array:
-    """`custom(*args)` (the rules above) where the computation runs on a CPU, `plain(*args)`
-    (autodiff's gradients, as flax's layers) elsewhere; see the module notes."""
+def _on_cpu(custom: Callable, plain: Callable, *args: jax.Array) -> jax.Array:
+    """`custom(*args)` (the same forward as `plain`, with the gradient rules above) where the
+    computation runs on a CPU, `plain(*args)` (autodiff's gradients, as flax's layers)
+    elsewhere; see the module notes."""
     return jax.lax.platform_dependent(*args, cpu=custom, default=plain)
 
 
@@ -152,17 +155,11 @@ class Dense(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.param("kernel", self.kernel_init, (x.shape[-1], self.features),
                             self.param_dtype)
-        y = on_cpu(matmul, _plain_matmul, x, kernel)
+        y = _on_cpu(matmul, _plain_matmul, x, kernel)
         if not self.use_bias:
             return y
         bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
-        return on_cpu(add_bias, jnp.add, y, bias)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def normalize(x: jax.Array, epsilon: float) -> jax.Array:
-    """`(x - mean) / sqrt(var + epsilon)` over the last axis, var = max(E[x^2] - E[x]^2, 0)."""
-    return _normalize_fwd(x, epsilon)[0]
+        return _on_cpu(add_bias, _plain_add_bias, y, bias)
 
 
 def _normalize_fwd(x, epsilon):
@@ -181,6 +178,12 @@ def _normalize_bwd(epsilon, res, g):
     return (inv_std * (g - mean_g - y * mean_gy),)
 
 
+def _plain_normalize(x: jax.Array, epsilon: float) -> jax.Array:
+    """`(x - mean) / sqrt(var + epsilon)` over the last axis, var = max(E[x^2] - E[x]^2, 0)."""
+    return _normalize_fwd(x, epsilon)[0]
+
+
+normalize = jax.custom_vjp(_plain_normalize, nondiff_argnums=(1,))
 normalize.defvjp(_normalize_fwd, _normalize_bwd)
 
 
@@ -197,5 +200,5 @@ class LayerNorm(nn.Module):
         scale = self.param("scale", nn.initializers.ones_init(), (features,), self.param_dtype)
         shift = self.param("bias", nn.initializers.zeros_init(), (features,), self.param_dtype)
         epsilon = self.epsilon
-        y = on_cpu(lambda x: normalize(x, epsilon), lambda x: _normalize_fwd(x, epsilon)[0], x)
-        return on_cpu(scale_shift, lambda y, scale, shift: y * scale + shift, y, scale, shift)
+        y = _on_cpu(lambda x: normalize(x, epsilon), lambda x: _plain_normalize(x, epsilon), x)
+        return _on_cpu(scale_shift, _plain_scale_shift, y, scale, shift)
