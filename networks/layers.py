@@ -31,9 +31,9 @@ within 50 seconds, nor BRO's for 4 seeds within the rest of a 100-second run, wh
 layers had compiled and run at those sizes.
 
 The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
-Hessian-vector products) goes through these layers; on a CPU forward mode (jax.jvp,
-jax.jacfwd, jax.hessian) does not: use flax's Dense and LayerNorm (the same parameters) for
-that.
+Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
+jax.hessian) does not, on any backend (both branches are traced): use flax's Dense and
+LayerNorm (the same parameters) for that.
 """
 
 import math
