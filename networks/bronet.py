@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from networks.common import default_init
-from networks.layers import Dense, LayerNorm
+from networks.layers import Dense, DenseParams, LayerNorm, dense_heads
 from networks.policies import squash_log_std
 
 
@@ -79,8 +79,8 @@ class BroActor(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         x = BroNet(self.width, self.depth)(obs)
-        mean = Dense(self.act_dim, kernel_init=default_init(), name="mean")(x)
-        raw = Dense(self.act_dim, kernel_init=default_init(1.0), name="log_std")(x)
+        mean, raw = dense_heads(x, [DenseParams(self.act_dim, default_init(), name="mean"),
+                                    DenseParams(self.act_dim, default_init(1.0), name="log_std")])
         return mean, squash_log_std(raw, self.log_std_min, self.log_std_max)
 
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from networks.common import MLP, default_init
-from networks.layers import Dense
+from networks.layers import DenseParams, dense_heads
 
 
 def squash_log_std(raw: jax.Array, low: float, high: float) -> jax.Array:
@@ -27,8 +27,8 @@ class TanhGaussianPolicy(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         x = MLP(self.hidden_dims, self.layer_norm)(obs)
-        mean = Dense(self.act_dim, kernel_init=default_init(), name="mean")(x)
-        raw = Dense(self.act_dim, kernel_init=default_init(), name="log_std")(x)
+        mean, raw = dense_heads(x, [DenseParams(self.act_dim, default_init(), name="mean"),
+                                    DenseParams(self.act_dim, default_init(), name="log_std")])
         return mean, squash_log_std(raw, self.log_std_min, self.log_std_max)
 
 

@@ -12,8 +12,10 @@ import pytest
 
 from networks.layers import (
     Dense,
+    DenseParams,
     LayerNorm,
     add_bias,
+    dense_heads,
     matmul,
     normalize,
     scale_shift,
@@ -61,6 +63,49 @@ def test_same_parameters_outputs_and_gradients_as_flax(lead):
         return jax.jit(jax.grad(lambda p: jnp.sum(jnp.sin(module.apply(p, x)))))
 
     for got, want in zip(jax.tree.leaves(loss(ours)(params)), jax.tree.leaves(loss(theirs)(params)),
+                         strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+class Heads(nn.Module):
+    """Two heads of different widths and inits on one input: separate flax Dense layers, or
+    ours as one product."""
+
+    joint: bool
+
+    @nn.compact
+    def __call__(self, x):
+        inits = {"mean": nn.initializers.orthogonal(2.0), "log_std": nn.initializers.orthogonal()}
+        widths = {"mean": 3, "log_std": 5}
+        if self.joint:
+            return dense_heads(x, [DenseParams(widths[n], inits[n], name=n) for n in inits])
+        return [nn.Dense(widths[n], kernel_init=inits[n], name=n)(x) for n in inits]
+
+
+@pytest.mark.parametrize("lead", [(64,), (2, 64)])
+def test_dense_heads_are_separate_dense_layers(lead):
+    x = jax.random.normal(jax.random.key(0), (*lead, 11))
+    joint, separate = Heads(True), Heads(False)
+    params = separate.init(jax.random.key(1), x)
+    ours = joint.init(jax.random.key(1), x)
+    assert jax.tree.map(jnp.shape, ours) == jax.tree.map(jnp.shape, params)
+    for got, want in zip(jax.tree.leaves(ours), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(got, want)  # same names, shapes and initialisation
+    keys = iter(jax.random.split(jax.random.key(2), 8))
+    params = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(next(keys), p.shape), params)
+    outputs = joint.apply(params, x)
+    assert [o.shape for o in outputs] == [(*lead, 3), (*lead, 5)]
+    for got, want in zip(outputs, separate.apply(params, x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+    def grad(module):
+        def loss(p, x):
+            first, second = module.apply(p, x)
+            return jnp.sum(jnp.sin(first)) + jnp.sum(jnp.cos(second))
+
+        return jax.jit(jax.grad(loss, argnums=(0, 1)))(params, x)
+
+    for got, want in zip(jax.tree.leaves(grad(joint)), jax.tree.leaves(grad(separate)),
                          strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
