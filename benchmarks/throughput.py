@@ -9,7 +9,10 @@ seeds (--seeds), its FLOP/s as a fraction of this machine's measured float32 mat
 to the fractions that the critics' layers' matmuls reach alone, and the seconds its
 compilation took; end-to-end training steps/s at UTD 1 and 8, against the sum of env, update
 and eval time measured apart in between (the loop's overhead), in --rounds rounds and their
-median.
+median. Each round evaluates as often, per training step, as a run with the default settings
+does (one episode per 1,000 steps: 10 every 10,000); the spectral and feature diagnostics that
+a run writes with each evaluation are timed apart and added at their default frequency (once
+per 10,000 steps), since a round is shorter than the interval between two of them.
 `python benchmarks/loop_breakdown.py` splits that overhead into its parts.
 """
 
@@ -50,18 +53,20 @@ def env_steps_per_second(name: str, steps: int) -> float:
 
 def end_to_end(utd: int, steps: int, rounds: int, chunks: int = 10):
     """Per round: seconds of `steps` training iterations of a real run (one evaluation among
-    them), and of the same work measured apart: env stepping alone, the jitted update+act call
-    alone, and the evaluation alone. Each round runs its iterations in `chunks` pieces, each
-    followed by as many update calls and env steps alone, so that the machine's speed, which
-    drifts by several percent over seconds here, reaches the loop and its parts alike. A
-    first stretch of `steps` iterations (random phase, compilation, first evaluation) is
-    not timed. Returns the rounds and the seconds of one diagnostics pass."""
+    them, of one episode per 1,000 steps), and of the same work measured apart: env stepping
+    alone, the jitted update+act call alone, and the evaluation alone. Each round runs its
+    iterations in `chunks` pieces, each followed by as many update calls and env steps alone,
+    so that the machine's speed, which drifts by several percent over seconds here, reaches the
+    loop and its parts alike. A first stretch of `steps` iterations (random phase,
+    compilation, first evaluation) is not timed. Returns the rounds and the seconds of one
+    diagnostics pass, which the timed iterations leave out (see the module notes)."""
     results = []
     env = make_vector_env(FLAGS.env, [0])
     env.reset()
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as logdir:
-        trainer = sac_trainer(logdir, FLAGS.env, utd, eval_every=steps, eval_episodes=1,
+        episodes = max(1, round(steps / 1000))
+        trainer = sac_trainer(logdir, FLAGS.env, utd, eval_every=steps, eval_episodes=episodes,
                               max_steps=10**7, checkpoint_every=10**7)
         loop = trainer.start()
         started = time.time()
@@ -69,6 +74,7 @@ def end_to_end(utd: int, steps: int, rounds: int, chunks: int = 10):
             trainer.iteration(loop, started)
         jax.block_until_ready(loop.states)
         diagnose_seconds = best_time(lambda: trainer.log_diagnostics(loop), repeats=3)
+        trainer.diagnose = None  # timed above; the loop's evaluations leave them out
         batch = to_batch(trainer.buffer.sample(trainer.cfg.batch_size, utd))
         for _ in range(rounds):
             r = {"loop": 0.0, "env": 0.0, "update": 0.0}
@@ -83,7 +89,7 @@ def end_to_end(utd: int, steps: int, rounds: int, chunks: int = 10):
                 r["update"] += update_seconds(trainer, loop, batch, n)
                 r["env"] += env_seconds(env, n, rng)
             start = time.perf_counter()
-            evaluate(trainer.eval_act, loop.states, trainer.eval_env, 1)
+            evaluate(trainer.eval_act, loop.states, trainer.eval_env, episodes)
             r["eval"] = time.perf_counter() - start
             results.append(r)
     return results, diagnose_seconds
@@ -112,20 +118,19 @@ def main(_):
     for utd, steps in ((1, 2000), (8, 700)):
         steps = 300 if quick else steps
         rounds, diagnose = end_to_end(utd, steps, FLAGS.rounds)
+        every = TrainConfig().eval_every
         added = []
         for r in rounds:
-            added.append(100 * (r["loop"] / (r["env"] + r["update"] + r["eval"]) - 1))
+            loop_part = 100 * (r["loop"] / (r["env"] + r["update"] + r["eval"]) - 1)
+            diagnostics = 100 * diagnose / (every * r["loop"] / steps)
+            added.append(loop_part + diagnostics)
             print(f"end to end, UTD {utd}: {steps / r['loop']:.0f} env steps/s while "
                   f"training; loop {r['loop']:.2f} s vs env {r['env']:.2f} s + update "
                   f"{r['update']:.2f} s + eval {r['eval']:.2f} s measured apart: the loop adds "
-                  f"{added[-1]:+.1f} %")
+                  f"{loop_part:+.1f} %, and the diagnostics {diagnostics:.2f} % ({diagnose:.3f} s "
+                  f"once per {every} steps): {added[-1]:+.1f} %")
         print(f"  the loop adds {np.median(added):+.1f} % at UTD {utd} (median of {len(added)} "
               f"rounds, {min(added):+.1f} to {max(added):+.1f} %)")
-        interval = TrainConfig().eval_every * rounds[0]["loop"] / steps
-        print(f"  diagnostics: {diagnose:.3f} s per evaluation = "
-              f"{100 * diagnose / interval:.2f} % of the {TrainConfig().eval_every} "
-              f"training steps between evaluations at this rate")
-
 
 if __name__ == "__main__":
     app.run(main)
