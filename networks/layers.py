@@ -34,6 +34,9 @@ The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of
 Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
 jax.hessian) does not, on any backend (both branches are traced): use flax's Dense and
 LayerNorm (the same parameters) for that.
+
+`dense_heads` computes several Dense layers on the same input (a policy's mean and log-std
+heads) as one product, each keeping its own parameters.
 """
 
 import math
