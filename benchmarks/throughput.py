@@ -132,5 +132,6 @@ def main(_):
         print(f"  the loop adds {np.median(added):+.1f} % at UTD {utd} (median of {len(added)} "
               f"rounds, {min(added):+.1f} to {max(added):+.1f} %)")
 
+
 if __name__ == "__main__":
     app.run(main)
