@@ -104,23 +104,22 @@ def random_batches(seeds: int, utd: int, batch: int, obs_dim: int, act_dim: int)
     )
 
 
-class UpdateSpeed(NamedTuple):
-    rate: float  # seed-updates/s
-    flops_per_s: float  # achieved, from XLA's cost analysis
-    compile_seconds: float  # lowering and compiling the timed UTD update
+class CompiledUpdate(NamedTuple):
+    compiled: object  # the compiled UTD update
+    call: Callable[[], None]  # one update call, waited on; it trains the states on
+    step_flops: float  # one gradient step's FLOPs, from XLA's cost analysis
+    compile_seconds: float  # lowering and compiling the UTD update
 
 
-def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int,
-                      sharding=None) -> UpdateSpeed:
-    """Speed of the seed-vmapped, jitted UTD update, and how long it took to compile.
+def compile_update(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int,
+                   sharding=None) -> CompiledUpdate:
+    """The seed-vmapped, jitted UTD update on fresh states and random minibatches, compiled.
 
     The update donates its states and each call trains on the last one's, as in the trainer
     (`launch.train.make_step_fns`), so XLA updates them in place rather than copying them.
-
-    FLOPs come from XLA's cost analysis of one gradient step (a UTD-1 update), times utd:
-    XLA counts a scan's body once, whatever its trip count. With `sharding` (of the seed axis)
-    the timed update runs on the states and batches placed that way; the FLOPs are still
-    counted on one device.
+    FLOPs come from XLA's cost analysis of one gradient step (a UTD-1 update): XLA counts a
+    scan's body once, whatever its trip count. With `sharding` (of the seed axis) the calls
+    run on the states and batches placed that way; the FLOPs are still counted on one device.
     """
     init = jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim)))
     states = init(jax.random.split(jax.random.key(0), seeds))
@@ -139,8 +138,22 @@ def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, b
         carry[0], _ = compiled(carry[0], batches)  # the donated states are updated in place
         jax.block_until_ready(carry[0])
 
-    seconds = best_time(call, repeats=5, min_seconds=2.0)
-    return UpdateSpeed(seeds * utd / seconds, step_flops * utd / seconds, compile_seconds)
+    return CompiledUpdate(compiled, call, step_flops, compile_seconds)
+
+
+class UpdateSpeed(NamedTuple):
+    rate: float  # seed-updates/s
+    flops_per_s: float  # achieved, from XLA's cost analysis
+    compile_seconds: float  # lowering and compiling the timed UTD update
+
+
+def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int,
+                      sharding=None) -> UpdateSpeed:
+    """Speed of the update of `compile_update`, and how long it took to compile."""
+    update = compile_update(agent, obs_dim, act_dim, seeds, utd, batch, sharding)
+    seconds = best_time(update.call, repeats=5, min_seconds=2.0)
+    return UpdateSpeed(seeds * utd / seconds, update.step_flops * utd / seconds,
+                       update.compile_seconds)
 
 
 def env_seconds(env, steps: int, rng: np.random.Generator, between=None) -> float:

@@ -16,7 +16,7 @@ import statistics
 
 import flax.linen as nn
 import jax
-from bench_utils import best_time, random_batches, xla_flags
+from bench_utils import CompiledUpdate, best_time, compile_update, xla_flags
 
 import agents.sac
 from agents import make_agent
@@ -38,15 +38,11 @@ class TwoDenseHeads(TanhGaussianPolicy):
         return mean, squash_log_std(raw, self.log_std_min, self.log_std_max)
 
 
-def compiled_update(policy: type, seeds: int, batches):
+def compiled_update(policy: type, seeds: int) -> CompiledUpdate:
     """The trainer's update (seed-vmapped, states donated) with `policy` as SAC's actor."""
     agents.sac.TanhGaussianPolicy = policy  # read by agents.sac.networks() when tracing
     try:
-        agent = make_agent("sac")
-        init = jax.jit(jax.vmap(lambda k: agent.init(k, OBS_DIM, ACT_DIM)))
-        states = init(jax.random.split(jax.random.key(0), seeds))
-        update = jax.jit(jax.vmap(agent.update), donate_argnums=0)
-        return update.lower(states, batches).compile(), states
+        return compile_update(make_agent("sac"), OBS_DIM, ACT_DIM, seeds, UTD, BATCH)
     finally:
         agents.sac.TanhGaussianPolicy = TanhGaussianPolicy
 
@@ -60,19 +56,13 @@ def main() -> None:
         parser.error("--rounds and --seeds must be >= 1")
     print(f"SAC update, UTD {UTD}, batch {BATCH}, humanoid dimensions; XLA_FLAGS: {xla_flags()}")
     for seeds in args.seeds:
-        batches = random_batches(seeds, UTD, BATCH, OBS_DIM, ACT_DIM)
-        versions = {"one product": TanhGaussianPolicy, "two Dense layers": TwoDenseHeads}
+        versions = {name: compiled_update(policy, seeds) for name, policy in
+                    (("one product", TanhGaussianPolicy), ("two Dense layers", TwoDenseHeads))}
         rates = {name: [] for name in versions}
-        for name, policy in versions.items():
-            compiled, states = compiled_update(policy, seeds, batches)
-            versions[name] = (compiled, [states])
         for _ in range(args.rounds):
-            for name, (compiled, carry) in versions.items():
-                def call(compiled=compiled, carry=carry, batches=batches):
-                    carry[0], _ = compiled(carry[0], batches)
-                    jax.block_until_ready(carry[0])
-
-                rates[name].append(seeds * UTD / best_time(call, repeats=3, min_seconds=0.6))
+            for name, update in versions.items():
+                rates[name].append(seeds * UTD / best_time(update.call, repeats=3,
+                                                           min_seconds=0.6))
         one, two = rates["one product"], rates["two Dense layers"]
         ratios = [a / b for a, b in zip(one, two, strict=True)]
         print(f"{seeds} seed(s): heads as one product {statistics.median(one):.0f} seed-updates/s,"

@@ -28,7 +28,7 @@ import re
 import time
 
 import jax
-from bench_utils import best_time, flops, matmul_peak, random_batches, xla_flags
+from bench_utils import best_time, compile_update, matmul_peak, xla_flags
 
 from agents import make_agent
 
@@ -111,21 +111,10 @@ def main() -> None:
     utd, batch = SHAPES[args.agent]
     agent = make_agent(args.agent)
     peak = matmul_peak()[0]
-    init = jax.jit(jax.vmap(lambda k: agent.init(k, OBS_DIM, ACT_DIM)))
-    states = init(jax.random.split(jax.random.key(0), args.seeds))
-    update = jax.jit(jax.vmap(agent.update), donate_argnums=0)
-    step_flops = flops(update.lower(states, random_batches(args.seeds, 1, batch, OBS_DIM,
-                                                           ACT_DIM)).compile())
-    batches = random_batches(args.seeds, utd, batch, OBS_DIM, ACT_DIM)
-    compiled = update.lower(states, batches).compile()
-    carry = [states]
-
-    def call():
-        carry[0], _ = compiled(carry[0], batches)
-        jax.block_until_ready(carry[0])
-
-    step = best_time(call, repeats=5, min_seconds=2.0) / utd
-    found, other_layout = products(compiled.as_text())
+    update = compile_update(agent, OBS_DIM, ACT_DIM, args.seeds, utd, batch)
+    step = best_time(update.call, repeats=5, min_seconds=2.0) / utd
+    step_flops = update.step_flops
+    found, other_layout = products(update.compiled.as_text())
     start = time.perf_counter()
     matmul_seconds = time_products([p for p, _ in found])
     alone = {p: time_products([p] * REPEATS) / REPEATS for p in dict.fromkeys(p for p, _ in found)}
