@@ -45,6 +45,14 @@ def best_time(fn: Callable[[], object], repeats: int = 5, min_seconds: float = 0
     return min(times)
 
 
+def matmul_rate(n: int) -> float:
+    """Best float32 FLOP/s of an `n x n` by `n x n` matmul under jit."""
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+    mm = jax.jit(jnp.matmul)
+    return 2.0 * n**3 / best_time(lambda: mm(a, b).block_until_ready())
+
+
 def matmul_peak(sizes=None) -> tuple[float, int]:
     """The best float32 matmul FLOP/s this machine reaches under jit, and the size reaching it.
 
@@ -53,14 +61,7 @@ def matmul_peak(sizes=None) -> tuple[float, int]:
     """
     if sizes is None:
         sizes = (512, 1024, 2048) + (() if jax.default_backend() == "cpu" else (4096, 8192))
-    best = (0.0, 0)
-    for n in sizes:
-        a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-        b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-        mm = jax.jit(jnp.matmul)
-        seconds = best_time(lambda a=a, b=b, mm=mm: mm(a, b).block_until_ready())
-        best = max(best, (2.0 * n**3 / seconds, n))
-    return best
+    return max((matmul_rate(n), n) for n in sizes)
 
 
 def flops(compiled) -> float:
@@ -154,6 +155,29 @@ def update_throughput(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, b
     seconds = best_time(update.call, repeats=5, min_seconds=2.0)
     return UpdateSpeed(seeds * utd / seconds, update.step_flops * utd / seconds,
                        update.compile_seconds)
+
+
+class UpdateAgainstPeak(NamedTuple):
+    rates: list[float]  # seed-updates/s, one per round
+    fractions: list[float]  # achieved FLOP/s over the matmul peak timed just before, per round
+    peaks: list[float]  # that peak, FLOP/s, per round
+    compile_seconds: float
+
+
+def update_against_peak(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int,
+                        peak_size: int, rounds: int = 3) -> UpdateAgainstPeak:
+    """The update of `compile_update`, timed in `rounds` rounds, each right after the matmul
+    peak (at `peak_size`, the size `matmul_peak` found best). This machine's speed drifts by
+    several percent over seconds and by more over minutes, so a fraction of a peak timed at
+    another moment moves with it; each round's fraction compares two timings taken together."""
+    update = compile_update(agent, obs_dim, act_dim, seeds, utd, batch)
+    rates, fractions, peaks = [], [], []
+    for _ in range(rounds):
+        peaks.append(matmul_rate(peak_size))
+        seconds = best_time(update.call, repeats=5, min_seconds=2.0)
+        rates.append(seeds * utd / seconds)
+        fractions.append(update.step_flops * utd / seconds / peaks[-1])
+    return UpdateAgainstPeak(rates, fractions, peaks, update.compile_seconds)
 
 
 def env_seconds(env, steps: int, rng: np.random.Generator, between=None) -> float:

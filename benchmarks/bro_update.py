@@ -3,15 +3,16 @@
     python benchmarks/bro_update.py              # 1 and 4 seeds (a few minutes on 2 cores)
 
 Prints seed-updates/s of the jitted, seed-vmapped UTD-10 update (batch 128) and its FLOP/s
-(XLA cost analysis) as a fraction of the float32 matmul peak measured in the same run, before
-and after the update (the larger of the two is used), and the seconds its compilation took.
+(XLA cost analysis) as a fraction of the float32 matmul peak, in --rounds rounds that each time
+the peak just before the update (medians and ranges), and the seconds its compilation took.
 `python benchmarks/update_matmuls.py --agent=bro` times its matmuls alone.
 """
 
 import argparse
 
 import jax
-from bench_utils import matmul_peak, update_throughput, xla_flags
+import numpy as np
+from bench_utils import matmul_peak, update_against_peak, xla_flags
 
 from agents import make_agent
 
@@ -22,20 +23,21 @@ UTD, BATCH = 10, 128
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timings of the update, each just after one of the peak")
     args = parser.parse_args()
     agent = make_agent("bro")
     print(f"BRO update, UTD {UTD}, batch {BATCH}, obs {OBS_DIM}, act {ACT_DIM}, "
           f"{jax.devices()[0].device_kind}; XLA_FLAGS: {xla_flags()}")
+    size = matmul_peak()[1]
     for seeds in args.seeds:
-        before = matmul_peak()[0]
-        rate, flops_per_s, compile_seconds = update_throughput(agent, OBS_DIM, ACT_DIM, seeds,
-                                                               UTD, BATCH)
-        peak = max(before, matmul_peak()[0])
-        print(f"{seeds} seed(s): {rate:6.1f} seed-updates/s, {flops_per_s / 1e9:6.1f} GFLOP/s "
-              f"= {flops_per_s / peak:.1%} of the matmul peak {peak / 1e9:.0f} GFLOP/s "
-              f"({flops_per_s / rate / 1e9:.2f} GFLOP per seed and gradient step; compiled in "
-              f"{compile_seconds:.1f} s)")
-
+        rates, fractions, peaks, compile_seconds = update_against_peak(
+            agent, OBS_DIM, ACT_DIM, seeds, UTD, BATCH, peak_size=size, rounds=args.rounds)
+        print(f"{seeds} seed(s): {np.median(rates):6.1f} seed-updates/s = "
+              f"{np.median(fractions):.1%} of the matmul peak (medians of {len(rates)} rounds: "
+              f"{min(rates):.1f}-{max(rates):.1f} seed-updates/s, {min(fractions):.1%}-"
+              f"{max(fractions):.1%} of {min(peaks) / 1e9:.0f}-{max(peaks) / 1e9:.0f} GFLOP/s; "
+              f"compiled in {compile_seconds:.1f} s)")
 
 if __name__ == "__main__":
     main()

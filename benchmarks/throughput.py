@@ -5,15 +5,17 @@
     python benchmarks/throughput.py --seeds=1,4,16   # the update at other seed counts
 
 Prints: pure env stepping (steps/s); the jitted UTD-8 update in seed-updates/s for 1 and 4
-seeds (--seeds), its FLOP/s as a fraction of this machine's measured float32 matmul peak next
-to the fractions that the critics' layers' matmuls reach alone, and the seconds its
-compilation took; end-to-end training steps/s at UTD 1 and 8, against the sum of env, update
-and eval time measured apart in between (the loop's overhead), in --rounds rounds and their
-median. Each round evaluates as often, per training step, as a run with the default settings
-does (one episode per 1,000 steps: 10 every 10,000); the spectral and feature diagnostics that
-a run writes with each evaluation are timed apart and added at their default frequency (once
-per 10,000 steps), since a round is shorter than the interval between two of them.
-`python benchmarks/loop_breakdown.py` splits that overhead into its parts.
+seeds (--seeds), its FLOP/s as a fraction of this machine's measured float32 matmul peak (in
+--update_rounds rounds, each timing the peak just before the update, and their medians: the
+machine's speed drifts, and a peak timed minutes apart from the update moves the fraction by
+several points) next to the fractions that the critics' layers' matmuls reach alone, and the
+seconds its compilation took; end-to-end training steps/s at UTD 1 and 8, against the sum of
+env, update and eval time measured apart in between (the loop's overhead), in --rounds rounds
+and their median. Each round evaluates as often, per training step, as a run with the default
+settings does (one episode per 1,000 steps: 10 every 10,000); the spectral and feature
+diagnostics that a run writes with each evaluation are timed apart and added at their default
+frequency (once per 10,000 steps), since a round is shorter than the interval between two of
+them. `python benchmarks/loop_breakdown.py` splits that overhead into its parts.
 """
 
 import tempfile
@@ -28,8 +30,8 @@ from bench_utils import (
     env_seconds,
     matmul_peak,
     sac_trainer,
+    update_against_peak,
     update_seconds,
-    update_throughput,
     xla_flags,
 )
 
@@ -42,6 +44,7 @@ flags.DEFINE_string("env", "humanoid-stand", "Task whose dimensions and physics 
 flags.DEFINE_boolean("quick", False, "Fewer steps (a rough check).")
 flags.DEFINE_list("seeds", ["1", "4"], "Seed counts at which the update is timed.")
 flags.DEFINE_integer("rounds", 3, "End-to-end rounds (loop and parts measured apart) per UTD.")
+flags.DEFINE_integer("update_rounds", 3, "Rounds of the update's timing, each after the peak's.")
 FLAGS = flags.FLAGS
 
 
@@ -105,11 +108,16 @@ def main(_):
 
     agent = make_agent("sac")
     for seeds in map(int, FLAGS.seeds):
-        rate, achieved, compile_seconds = update_throughput(agent, 67, 21, seeds=seeds, utd=8,
-                                                            batch=256)
-        print(f"SAC update, UTD 8, {seeds} seed(s): {rate:.0f} seed-updates/s, "
-              f"{achieved / 1e9:.1f} GFLOP/s = {100 * achieved / peak:.1f} % of the matmul peak "
-              f"(compiled in {compile_seconds:.1f} s)")
+        rates, fractions, peaks, compile_seconds = update_against_peak(
+            agent, 67, 21, seeds=seeds, utd=8, batch=256, peak_size=size,
+            rounds=FLAGS.update_rounds)
+        print(f"SAC update, UTD 8, {seeds} seed(s): {np.median(rates):.0f} seed-updates/s = "
+              f"{100 * np.median(fractions):.1f} % of the matmul peak (medians of "
+              f"{len(rates)} rounds, each against the peak timed just before it: "
+              f"{min(rates):.0f}-{max(rates):.0f} seed-updates/s, {100 * min(fractions):.1f}-"
+              f"{100 * max(fractions):.1f} % of {min(peaks) / 1e9:.0f}-{max(peaks) / 1e9:.0f} "
+              f"GFLOP/s; compiled in {compile_seconds:.1f} s)")
+        peak = np.median(peaks)
         first, hidden = critic_layer_flops(seeds, 88), critic_layer_flops(seeds, 256)
         print(f"  its critics' layers' matmuls alone (forward, input and weight gradient, "
               f"{2 * seeds} critics batched): {100 * hidden / peak:.1f} % of the peak for the "
