@@ -9,6 +9,7 @@ Every reader returns `Run`s: one evaluation curve of one seed on one task. Three
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -61,10 +62,25 @@ def _make_run(task: str, run_id: str, steps, returns, source: str, config=None) 
     return Run(canonical_task(task), run_id, steps, returns, source, config or {})
 
 
+@contextlib.contextmanager
+def reading(path: Path):
+    """Turns a file that cannot be read or decoded (missing, unreadable, half-written, not
+    text, not what its extension says) into an AggregationError naming it."""
+    try:
+        yield
+    except AggregationError:
+        raise
+    except (OSError, ValueError, EOFError) as error:  # json and Unicode errors are ValueErrors
+        raise AggregationError(f"{path}: cannot read it ({type(error).__name__}: {error})") \
+            from None
+
+
 def read_txt_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Rows "<env_step> <return>" -> steps (T,), returns (T,)."""
     steps, returns = [], []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    with reading(path):
+        text = path.read_text()
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         parts = line.split()
@@ -115,7 +131,8 @@ def read_npy_dir(root: Path, eval_every: int, first_step: int | None = None) -> 
     first = eval_every if first_step is None else first_step
     runs = []
     for f in sorted(root.glob("*.npy")):
-        table = np.load(f)
+        with reading(f):
+            table = np.load(f, allow_pickle=False)
         if table.ndim == 1:
             table = table[:, None]
         if table.ndim != 2:
@@ -135,11 +152,12 @@ def _is_project_run_dir(path: Path) -> bool:
 
 def read_project_run_dir(run_dir: Path) -> list[Run]:
     """One run dir (config.json + eval.csv) -> one Run per seed found in eval.csv."""
-    config = json.loads((run_dir / "config.json").read_text())
+    with reading(run_dir / "config.json"):
+        config = json.loads((run_dir / "config.json").read_text())
     if not isinstance(config, dict) or "env" not in config:
         raise AggregationError(f"{run_dir / 'config.json'}: expected a JSON object with an "
                                "'env' key")
-    with open(run_dir / "eval.csv", newline="") as fh:
+    with reading(run_dir / "eval.csv"), open(run_dir / "eval.csv", newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in EVAL_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:

@@ -50,7 +50,7 @@ def plot_intervals(summary: Summary, path: Path) -> None:
     axes[0].set_yticks(range(len(labels)), labels)
     axes[0].set_ylim(-0.7, len(labels) - 0.3)
     s = summary.settings
-    fig.suptitle(f"Env step {s.step:,}: {len(summary.tasks)} tasks, {s.confidence:.0%} "
+    fig.suptitle(f"Env step {s.step:,}: {len(summary.tasks)} tasks, {100 * s.confidence:g}% "
                  "stratified-bootstrap intervals")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -79,7 +79,7 @@ def plot_curves(summary: Summary, path: Path) -> None:
     ax.set_xlabel("Environment steps")
     ax.set_ylabel(f"IQM {_score_label(summary).lower()}")
     ax.set_title(f"Sample efficiency: IQM over {len(summary.tasks)} tasks, "
-                 f"{summary.settings.confidence:.0%} intervals")
+                 f"{100 * summary.settings.confidence:g}% intervals")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9)
     fig.tight_layout()

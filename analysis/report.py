@@ -48,8 +48,8 @@ def markdown(summary: Summary, sources: Sequence[Source] = (),
         "",
         f"Scores: {units}; each run scores {window} step {s.step:,} (or the last evaluation "
         "before it, within one evaluation interval; runs without one are dropped). "
-        f"{s.confidence:.0%} stratified-bootstrap percentile intervals, {s.reps:,} repetitions "
-        f"(curves and profiles: {s.curve_reps:,}), seed {s.seed}.",
+        f"{100 * s.confidence:g}% stratified-bootstrap percentile intervals, {s.reps:,} "
+        f"repetitions (curves and profiles: {s.curve_reps:,}), seed {s.seed}.",
         "",
         f"Tasks ({len(summary.tasks)}): {', '.join(summary.tasks)}",
         "",

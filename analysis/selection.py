@@ -118,7 +118,15 @@ def shared_tasks(datasets: Mapping[str, Sequence[Run]],
     """Tasks every algorithm has (or the requested ones, all of which every algorithm must have)."""
     have = {label: {r.task for r in runs} for label, runs in datasets.items()}
     if requested:
-        requested = [canonical_task(t) for t in requested]
+        named: dict[str, list[str]] = {}
+        for task in requested:
+            named.setdefault(canonical_task(task), []).append(task)
+        repeated = {task: names for task, names in named.items() if len(names) > 1}
+        if repeated:
+            detail = "; ".join(f"{task} as {', '.join(names)}" for task, names in repeated.items())
+            raise AggregationError(f"tasks requested more than once (each would count again in "
+                                   f"every aggregate): {detail}")
+        requested = list(named)
         missing = {label: sorted(set(requested) - t) for label, t in have.items()}
         missing = {label: m for label, m in missing.items() if m}
         if missing:
@@ -139,6 +147,8 @@ def shared_tasks(datasets: Mapping[str, Sequence[Run]],
 def _even_subset(steps: np.ndarray, max_points: int) -> np.ndarray:
     if max_points <= 0 or steps.size <= max_points:
         return steps
+    if max_points == 1:
+        return steps[-1:]
     return steps[np.unique(np.linspace(0, steps.size - 1, max_points).round().astype(int))]
 
 

@@ -61,18 +61,27 @@ def run(collected: list[str]) -> None:
     """Read, aggregate, write; warnings are printed as they arise and kept in `collected`."""
     settings = settings_from_flags()
     check_settings(settings)
+    out = Path(FLAGS.out)
+    try:  # before the bootstrap, so that a bad --out does not waste it
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise AggregationError(f"--out={out}: cannot create the output directory there "
+                               f"({type(error).__name__}: {error})") from None
     datasets, sources = load_datasets(FLAGS.runs, FLAGS.labels, FLAGS.group_by,
                                       FLAGS.npy_eval_every, FLAGS.npy_first_step)
     for x in sources:
         print(f"{x.path}: detected {x.layout} layout -> algorithm '{x.algorithm}', "
               f"{x.runs} runs on {x.tasks} tasks", file=sys.stderr)
     summary = summarize(datasets, settings)
-    out = Path(FLAGS.out)
-    written = write_tables(summary, out, sources, collected)
-    if FLAGS.plots:
-        from analysis.plots import write_plots
+    try:
+        written = write_tables(summary, out, sources, collected)
+        if FLAGS.plots:
+            from analysis.plots import write_plots
 
-        written += write_plots(summary, out)
+            written += write_plots(summary, out)
+    except OSError as error:
+        raise AggregationError(f"--out={out}: cannot write the results there "
+                               f"({type(error).__name__}: {error})") from None
     print((out / "summary.md").read_text())
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
 

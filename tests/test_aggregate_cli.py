@@ -133,14 +133,17 @@ def bad_inputs(tmp_path, logdir):
         "group key": ([f"--runs={logdir}", "--group_by=agent_config.nope"],
                       "unknown group key 'agent_config.nope'"),
         "reps": ([f"--runs={logdir}", "--reps=0"], "reps must be >= 1"),
+        "out is a file": ([f"--runs={logdir}", f"--out={tmp_path / 'a_file'}"],
+                          f"--out={tmp_path / 'a_file'}: cannot create the output directory"),
     }
 
 
 @pytest.mark.parametrize("case", ["missing path", "no runs", "no --runs", "labels",
-                                  "group key", "reps"])
+                                  "group key", "reps", "out is a file"])
 def test_bad_input_is_one_line_on_stderr_and_exit_code_2(case, tmp_path, logdir):
+    (tmp_path / "a_file").write_text("not a directory")
     args, message = bad_inputs(tmp_path, logdir)[case]
-    result = aggregate(*args, f"--out={tmp_path / 'out'}")
+    result = aggregate(f"--out={tmp_path / 'out'}", *args)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if not line.startswith("warning:")]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], (

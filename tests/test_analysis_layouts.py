@@ -113,6 +113,25 @@ def test_malformed_eval_csv_row_names_file_and_line(tmp_path):
         load_runs(tmp_path)
 
 
+@pytest.mark.parametrize("layout", ["config.json", "eval.csv", "txt", "npy"])
+def test_unreadable_files_are_errors_naming_the_file(layout, tmp_path):
+    """Half-written or foreign files, as a live log directory has them, are AggregationErrors
+    (one line from launch/aggregate.py), not tracebacks from json, csv, numpy or the codec."""
+    if layout in ("config.json", "eval.csv"):
+        run_dir = write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0)})
+        broken = run_dir / layout
+        broken.write_bytes(b'{"env": "chee' if layout == "config.json" else b"env_step,\xff\xfe")
+    elif layout == "txt":
+        write_jaxrl_tree(tmp_path, ["cheetah-run"], [0])
+        broken = tmp_path / "cheetah-run" / "0.txt"
+        broken.write_bytes(b"5000 \xff\n")
+    else:
+        broken = tmp_path / "cheetah-run.npy"
+        np.save(broken, np.array([{"not": "numbers"}], dtype=object), allow_pickle=True)
+    with pytest.raises(AggregationError, match=rf"{broken.name}: cannot read it \("):
+        load_runs(tmp_path)
+
+
 def test_npy_layout_builds_the_step_grid_and_drops_nan_tails(tmp_path):
     table = np.arange(12, dtype=float).reshape(4, 3)
     table[2:, 1] = np.nan

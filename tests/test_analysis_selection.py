@@ -6,6 +6,7 @@ import scipy.stats
 
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import Run
+from analysis.report import markdown
 from analysis.selection import curve_scores, final_scores, score_at_step, shared_tasks
 from analysis.summary import Settings, summarize
 
@@ -65,6 +66,14 @@ def test_shared_tasks_keep_the_intersection_and_say_what_was_left_out():
         shared_tasks({"x": [run("a", "0", GRID)], "y": [run("c", "0", GRID)]})
 
 
+def test_a_task_requested_twice_is_an_error_naming_both_spellings():
+    datasets = {"x": [run("finger-turn_hard", "0", GRID), run("b", "0", GRID)]}
+    with pytest.raises(AggregationError, match="finger-turn_hard as finger-turn, finger-turn_hard"):
+        shared_tasks(datasets, ["finger-turn", "b", "finger-turn_hard"])
+    with pytest.raises(AggregationError, match="more than once.*b as b, b"):
+        shared_tasks(datasets, ["b", "b"])
+
+
 def test_curves_use_the_steps_all_runs_share_and_warn_where_one_ends_early():
     runs = [run("a", "0", GRID), run("a", "1", GRID[:6]), run("b", "0", GRID[::2])]
     with pytest.warns(AggregationWarning, match="end before step 100000; its curve stops at"):
@@ -76,6 +85,8 @@ def test_curves_use_the_steps_all_runs_share_and_warn_where_one_ends_early():
     full = [run("a", str(i), GRID) for i in range(2)]
     steps, _ = curve_scores(full, ["a"], max_points=4)
     np.testing.assert_array_equal(steps, [10_000, 40_000, 70_000, 100_000])
+    steps, _ = curve_scores(full, ["a"], max_points=1)
+    np.testing.assert_array_equal(steps, [100_000])
 
 
 def test_summary_drops_a_task_without_usable_runs_everywhere_and_counts_runs():
@@ -108,6 +119,14 @@ def test_normalisation_divides_by_max_return_and_sets_the_gap_threshold():
     assert gap(raw)["estimate"] == pytest.approx(1000 - 375)
     assert gap(unit)["estimate"] == pytest.approx(1 - 0.375)
     assert unit.curves[-1]["iqm"] == pytest.approx(raw.curves[-1]["iqm"] / 1000)
+
+
+@pytest.mark.parametrize("confidence,label", [(0.95, "95%"), (0.995, "99.5%"), (0.9, "90%")])
+def test_interval_coverage_is_written_as_set(confidence, label):
+    datasets = {"x": [run("a", str(i), GRID, np.full(GRID.size, 250.0 * i)) for i in range(4)]}
+    summary = summarize(datasets, Settings(step=100_000, reps=20, curve_reps=5,
+                                           confidence=confidence))
+    assert f" {label} stratified-bootstrap percentile intervals" in markdown(summary)
 
 
 @pytest.mark.parametrize("field,value", [("reps", 0), ("window", 0), ("confidence", 1.5),
