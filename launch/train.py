@@ -320,13 +320,20 @@ class Trainer:
             print(f"resumed from the checkpoint at env step {loop.env_step}", file=sys.stderr)
         return loop
 
+    def intervene_if_due(self, loop: Loop) -> None:
+        """The intervention scheduled at this env step. It comes after the step's update, logs
+        and evaluation, as the reference implementations order a reset (SAC's every 200,000
+        steps coincide with evaluations): what a scheduled step evaluates and logs is the
+        trained network, not one just reset or clipped. The last step of a run has none:
+        nothing trains after it, and the final checkpoint keeps the trained agent."""
+        if self.intervention.schedule.due(loop.env_step):
+            loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
+            self.files.write_interventions(rows)
+
     def iteration(self, loop: Loop, started: float) -> np.ndarray | None:
         """One env step and everything due after it; the eval returns when it evaluated."""
         cfg = self.cfg
         ended = self.env_step(loop)
-        if self.intervention.schedule.due(loop.env_step):
-            loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
-            self.files.write_interventions(rows)
         self.learn(loop)
         loop.wall_time = time.time() - started
         returns = None
@@ -334,6 +341,8 @@ class Trainer:
             self.log_train(loop)
         if loop.env_step % cfg.eval_every == 0 or loop.env_step == cfg.max_steps:
             returns = self.log_eval(loop)
+        if loop.env_step < cfg.max_steps:
+            self.intervene_if_due(loop)
         if ended and loop.env_step - self.last_checkpoint >= cfg.checkpoint_every:
             self.save(loop)
         return returns

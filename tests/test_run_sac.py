@@ -18,7 +18,7 @@ def finished_run(request, tmp_path_factory):
     logdir = tmp_path_factory.mktemp(f"{intervention}{utd}")
     run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", "--num_seeds=2", f"--utd={utd}",
         "--max_steps=2500", "--start_steps=500", "--eval_every=500", "--log_every=500",
-        f"--intervention={intervention}", "--intervention_every=1000", "--clip_c=1.2")
+        f"--intervention={intervention}", "--intervention_every=500", "--clip_c=1.2")
     run_dir = logdir / "sac" / "cartpole-swingup" / f"{intervention}-utd{utd}-seed0"
     return run_dir, intervention, utd
 
@@ -60,7 +60,8 @@ def test_interventions_fire_exactly_at_schedule_for_every_seed(finished_run):
     run_dir, intervention, _ = finished_run
     rows = read_csv(run_dir / "interventions.csv")
     events = sorted({(int(r["env_step"]), int(r["seed"]), r["kind"]) for r in rows})
-    assert events == [(s, seed, intervention) for s in (1000, 2000) for seed in (0, 1)]
+    # Every 500 steps up to max_steps=2500, but not at the last step: nothing trains after it.
+    assert events == [(s, seed, intervention) for s in (500, 1000, 1500, 2000) for seed in (0, 1)]
     by = {(r["env_step"], r["seed"], r["network"], r["layer"], r["metric"]): float(r["value"])
           for r in rows}
     layers = {(k[2], k[3]) for k in by}
@@ -71,6 +72,21 @@ def test_interventions_fire_exactly_at_schedule_for_every_seed(finished_run):
         # c = 1.2 puts every singular value into [1/1.2, 1.2]: condition numbers <= 1.44.
         assert all(v <= 1.44 * (1 + 1e-4) for k, v in by.items() if k[4] == "cond_after")
         assert any(v > 1.44 for k, v in by.items() if k[4] == "cond_before")
+
+
+def test_a_scheduled_step_evaluates_the_trained_network_then_intervenes(finished_run):
+    """At a step that is both evaluated and scheduled, the evaluation and its diagnostics see
+    the network the intervention then starts from (as in the reference implementations, where
+    SAC's reset follows the evaluation of its step), not a network just reset or clipped."""
+    run_dir, *_ = finished_run
+    key = lambda r: (int(r["env_step"]), r["seed"], r["network"], r["layer"])
+    logged = {key(r): float(r["value"]) for r in read_csv(run_dir / "diagnostics.csv")
+              if r["metric"] == "cond"}
+    before = {key(r): float(r["value"]) for r in read_csv(run_dir / "interventions.csv")
+              if r["metric"] == "cond_before"}
+    assert len(before) > 8 and set(before) <= set(logged)
+    for k, value in before.items():
+        assert logged[k] == pytest.approx(value, rel=1e-3), k
 
 
 def test_diagnostics_long_format(finished_run):
@@ -97,7 +113,7 @@ def test_rerun_of_a_finished_run_does_nothing(finished_run):
     before = (run_dir / "eval.csv").read_text()
     proc = run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", "--num_seeds=2", f"--utd={utd}",
                "--max_steps=2500", "--start_steps=500", "--eval_every=500", "--log_every=500",
-               f"--intervention={intervention}", "--intervention_every=1000", "--clip_c=1.2")
+               f"--intervention={intervention}", "--intervention_every=500", "--clip_c=1.2")
     assert "already finished" in proc.stderr
     assert (run_dir / "eval.csv").read_text() == before
 
