@@ -246,8 +246,11 @@ class Trainer:
         return returns
 
     def log_diagnostics(self, loop: Loop) -> None:
-        """Spectra of every weight matrix and feature metrics on one replay batch."""
-        batch = to_batch(self.buffer.sample(self.cfg.batch_size, 1))
+        """Spectra of every weight matrix and feature metrics on one replay batch, drawn with a
+        generator of its own (from the seed and env step), so that logging settings
+        (--diagnostics, --eval_every) leave the training minibatches as they are."""
+        rng = np.random.default_rng([self.cfg.seed, 2, loop.env_step])
+        batch = to_batch(self.buffer.sample(self.cfg.batch_size, 1, rng=rng))
         batch = jax.tree.map(lambda x: x[:, 0], batch)
         values = jax.device_get(self.diagnose(loop.states, batch))
         self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))

@@ -147,10 +147,12 @@ class ReplayBuffer:
         self._pointer = (p + 1) % c
         self._size = min(self._size + 1, c)
 
-    def sample(self, batch_size: int, utd: int = 1) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, utd: int = 1,
+               rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
         """Uniform transitions, drawn independently per seed: arrays shaped (N, utd, B, ...).
 
         Keys observations, actions, rewards, next_observations, masks (1 - terminated), float32.
+        Draws from the buffer's own generator (part of its state) unless given `rng`.
         """
         if self._size == 0:
             raise ValueError("cannot sample from an empty buffer; insert transitions first")
@@ -158,7 +160,8 @@ class ReplayBuffer:
             raise ValueError(f"batch_size and utd must be >= 1; got {batch_size} and {utd}")
         n, c = self.num_seeds, self.capacity
         a = self._arrays
-        slots = self._rng.integers(0, self._size, size=(n, utd, batch_size))
+        slots = (self._rng if rng is None else rng).integers(0, self._size,
+                                                             size=(n, utd, batch_size))
         seeds = np.broadcast_to(np.arange(n)[:, None, None], slots.shape)
         rows = seeds * c + slots
         next_rows = seeds * c + (slots + 1) % c

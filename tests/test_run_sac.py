@@ -125,3 +125,16 @@ def test_help_lists_flags_with_defaults():
                           ("intervention_every", "200000"), ("num_seeds", "1")]:
         assert f"--{flag}" in out
         assert f"(default: '{default}')" in out.split(f"--{flag}:")[1].split("\n  --")[0]
+
+
+def test_logging_settings_leave_training_as_it_is(tmp_path):
+    """The diagnostics draw their replay batch with a generator of their own, so the same seed
+    trains on the same minibatches with them on or off."""
+    returns = {}
+    for diagnostics in ("true", "false"):
+        logdir = tmp_path / diagnostics
+        run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", "--max_steps=700",
+            "--start_steps=300", "--eval_every=200", f"--diagnostics={diagnostics}")
+        rows = read_csv(logdir / "sac" / "cartpole-swingup" / "none-utd1-seed0" / "eval.csv")
+        returns[diagnostics] = [(r["env_step"], r["return"]) for r in rows]
+    assert len(returns["true"]) == 4 and returns["true"] == returns["false"]
