@@ -256,7 +256,8 @@ class Trainer:
         self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))
 
     def save(self, loop: Loop) -> None:
-        """Checkpoint at an episode boundary (the envs were just reset from `loop.env_rng`)."""
+        """Checkpoint at an episode boundary (the envs were just reset from `loop.env_rng`), or
+        at the run's last step, which no env step follows (its envs are not restored)."""
         self.check_divergence(loop)
         device = {"states": loop.states, "keys": loop.keys, "metric_sums": loop.metric_sums}
         host = {f"buffer/{k}": np.asarray(v) for k, v in self.buffer.state_dict().items()
@@ -292,10 +293,12 @@ class Trainer:
 
         self.buffer.load_state_dict({**group("buffer/"), **meta["buffer_scalars"]})
         self.env.set_rng_state(group("env_rng/"))
-        obs = self.env.reset()
-        if not np.array_equal(obs, host["obs"]):
-            raise RuntimeError("the restored env does not reproduce the checkpoint's "
-                               "observation; the checkpoint does not belong to this env")
+        obs = host["obs"]
+        if meta["env_step"] < self.cfg.max_steps:  # the last one may be mid-episode: see save
+            obs = self.env.reset()
+            if not np.array_equal(obs, host["obs"]):
+                raise RuntimeError("the restored env does not reproduce the checkpoint's "
+                                   "observation; the checkpoint does not belong to this env")
         self.eval_env.set_rng_state(group("eval_env_rng/"))
         self.random_actions.bit_generator.state = meta["random_actions"]
         self.files.truncate_to(meta["offsets"])

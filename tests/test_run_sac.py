@@ -138,3 +138,18 @@ def test_logging_settings_leave_training_as_it_is(tmp_path):
         rows = read_csv(logdir / "sac" / "cartpole-swingup" / "none-utd1-seed0" / "eval.csv")
         returns[diagnostics] = [(r["env_step"], r["return"]) for r in rows]
     assert len(returns["true"]) == 4 and returns["true"] == returns["false"]
+
+
+def test_a_run_stopped_after_its_last_checkpoint_finishes_on_rerun(tmp_path):
+    """The last checkpoint is written at max_steps, mid-episode here (cartpole's episodes are
+    1,000 steps); a run killed before done.json finishes on the next launch."""
+    args = [*FAST_SAC, f"--logdir={tmp_path}", "--max_steps=400", "--start_steps=300",
+            "--eval_every=200"]
+    run("run_sac.py", *args)
+    run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
+    before = (run_dir / "eval.csv").read_text()
+    (run_dir / "done.json").unlink()
+    proc = run("run_sac.py", *args)
+    assert "resumed from the checkpoint at env step 400" in proc.stderr
+    assert json.loads((run_dir / "done.json").read_text())["env_step"] == 400
+    assert (run_dir / "eval.csv").read_text() == before
