@@ -18,7 +18,7 @@ from interventions.diagnostics import (
 )
 from interventions.matrices import map_weight_matrices, weight_matrices
 from interventions.newton_schulz import DEFAULT_NS_STEPS, msign, ns_clip_matrices
-from interventions.parts import get_part, map_parts, part_paths, replace_parts
+from interventions.parts import check_paths, get_part, map_parts, part_paths, replace_parts
 from interventions.reset import fresh_reset, initial_reset
 from interventions.schedule import (
     BRO_RESET_STEPS,
@@ -35,6 +35,7 @@ __all__ = [
     "SAC_RESET_EVERY",
     "Schedule",
     "bro_reset_steps",
+    "check_paths",
     "clip_event_report",
     "dormant_ratio",
     "feature_metrics",

@@ -62,7 +62,7 @@ def _set(node: Any, names: list[str], value: Any) -> Any:
     return type(node)({**node, name: _set(node[name], rest, value)})
 
 
-def _check_paths(state: PyTree, paths: Sequence[str]) -> list[str]:
+def check_paths(state: PyTree, paths: Sequence[str]) -> list[str]:
     """Validate the paths: all exist, none repeats or lies inside another."""
     if isinstance(paths, str):
         raise ValueError(f"paths must be a sequence of dot-paths, got the string {paths!r}")
@@ -78,7 +78,7 @@ def _check_paths(state: PyTree, paths: Sequence[str]) -> list[str]:
 
 def map_parts(state: PyTree, paths: Sequence[str], fn: Callable[[PyTree], PyTree]) -> PyTree:
     """`state` with fn applied to each selected subtree, e.g. fn = partial(singular_clip, c=4.0)."""
-    for path in _check_paths(state, paths):
+    for path in check_paths(state, paths):
         state = _set(state, path.split("."), fn(get_part(state, path)))
     return state
 
@@ -94,7 +94,7 @@ def _signature(tree: PyTree) -> list:
 def replace_parts(state: PyTree, source: PyTree, paths: Sequence[str]) -> PyTree:
     """`state` with the selected subtrees taken from `source`, a state of the same structure
     (a fresh init for a fresh-key reset, the stored initial state for a same-init reset)."""
-    for path in _check_paths(state, paths):
+    for path in check_paths(state, paths):
         new = get_part(source, path)
         if _signature(new) != _signature(get_part(state, path)):
             raise ValueError(

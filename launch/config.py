@@ -154,8 +154,9 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_enum("clip_sides", d.clip_sides, list(CLIP_SIDES),
                       "Clip both ends ([1/c, c]), only the top ([0, c]) or only the bottom "
                       "([1/c, inf)).")
-    flags.DEFINE_list("clip_parts", list(d.clip_parts), "State paths SingularClip acts on; "
-                      "empty = the agent's default (online actor, online critic, target critic).")
+    flags.DEFINE_list("clip_parts", list(d.clip_parts), "State paths SingularClip acts on, "
+                      "parameters only (e.g. actor.params; no optimizer state); empty = the "
+                      "agent's default (online actor, online critic, target critic).")
     flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Checkpoint every N env steps.")
     flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
                       "the run directory; never: refuse to touch one; must: fail if none.")

@@ -12,20 +12,45 @@ import jax
 
 from agents import Agent
 from interventions import (
+    check_paths,
     clip_event_report,
     fresh_reset,
+    get_part,
     initial_reset,
     make_schedule,
     map_parts,
+    part_paths,
     singular_clip,
 )
 from launch import diagnose as diag
-from launch.config import TrainConfig
+from launch.config import ConfigError, TrainConfig
 
 
 class Intervention(NamedTuple):
     schedule: object  # .due(env_step) -> bool
     apply: Callable  # (states, env_step) -> (states, csv rows of the event)
+
+
+def check_clip_parts(agent: Agent, cfg: TrainConfig) -> None:
+    """Raise ConfigError unless each `--clip_parts` path exists in the agent's state and holds
+    parameters only: SingularClip on an optimizer state would clip Adam's moment estimates
+    (negative second moments, then NaN), and SPEC.md keeps optimizer state. Traces the agent's
+    init abstractly (any dimensions do: the paths do not depend on them); compiles nothing."""
+    if cfg.intervention != "clip" or not cfg.clip_parts:
+        return
+    state = jax.eval_shape(lambda key: agent.init(key, 3, 2), jax.random.key(0))
+    try:
+        paths = check_paths(state, cfg.clip_parts)
+    except ValueError as error:
+        raise ConfigError(f"--clip_parts: {error}") from None
+    for path in paths:
+        inside = [path] + part_paths(get_part(state, path), f"{path}.")
+        optimizer = [p for p in inside if p.split(".")[-1] == "opt_state"]
+        if optimizer:
+            params = [p for p in inside if p.split(".")[-1] == "params"]
+            hint = f"; name its parameters instead: {', '.join(params)}" if params else ""
+            raise ConfigError(f"--clip_parts={path} includes the optimizer state {optimizer[0]}, "
+                              f"which SingularClip must not touch{hint}")
 
 
 def _event(agent: Agent, cfg: TrainConfig, init_fn: Callable, init_keys: jax.Array) -> Callable:

@@ -13,6 +13,7 @@ from absl import flags, logging
 from agents import make_agent
 from envs import UnknownEnvError, check_env_name
 from launch.config import ConfigError, TrainConfig, config_from_flags, validate
+from launch.events import check_clip_parts
 from launch.run_files import config_record
 from launch.train import Diverged, Trainer, resume_state
 
@@ -48,6 +49,7 @@ def main(
         validate(cfg)
         check_env_name(cfg.env)
         agent = make_agent(agent_name, agent_config())
+        check_clip_parts(agent, cfg)
         check_writable(cfg.run_dir)
         state = resume_state(cfg, config_record(cfg, agent.config))
     except (ConfigError, UnknownEnvError) as e:

@@ -29,6 +29,12 @@ CASES = {
     "unknown intervention": (["--intervention=clp"], "one of <none|reset|clip>"),
     "not a number": (["--utd=eight"], "flag --utd=eight"),
     "stray argument": (["humanoid-stand"], "unexpected arguments"),
+    "unknown clip part": (["--intervention=clip", "--clip_parts=actor.nope"],
+                          "--clip_parts: unknown part 'actor.nope'"),
+    "clip part with optimizer state": (["--intervention=clip", "--clip_parts=actor"],
+                                       "--clip_parts=actor includes the optimizer state "
+                                       "actor.opt_state, which SingularClip must not touch; "
+                                       "name its parameters instead: actor.params"),
 }
 
 
