@@ -328,10 +328,12 @@ class Trainer:
 
     def intervene_if_due(self, loop: Loop) -> None:
         """The intervention scheduled at this env step. It comes after the step's update, logs
-        and evaluation, as the reference implementations order a reset (SAC's every 200,000
-        steps coincide with evaluations): what a scheduled step evaluates and logs is the
-        trained network, not one just reset or clipped. The last step of a run has none:
-        nothing trains after it, and the final checkpoint keeps the trained agent."""
+        and evaluation, as Nikishin et al.'s SAC orders its resets (every 200,000 steps, which
+        are evaluation steps): what a scheduled step evaluates and logs is the trained network,
+        not one just reset or clipped. BRO's reference resets at the start of its listed
+        steps' updates (15001, ...), one update (UTD gradient steps) earlier than here. The
+        last step of a run has none: nothing trains after it, and the final checkpoint keeps
+        the trained agent."""
         if self.intervention.schedule.due(loop.env_step):
             loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
             self.files.write_interventions(rows)
