@@ -11,7 +11,6 @@ submitted, with --no_wait), 1 some job failed or was interrupted, 2 bad flags (o
 """
 
 import os
-import shlex
 import sys
 
 from absl import app, flags, logging
@@ -26,9 +25,11 @@ from launch.sweep_lib.grid import (
     TRAIN_FLAGS,
     JobSpec,
     SweepError,
+    check_seed_overlap,
     expand,
     load_grid_file,
     make_grid,
+    split_extra,
 )
 from launch.sweep_lib.state import SweepPaths, read_json
 from launch.sweep_lib.submit import (
@@ -87,7 +88,7 @@ def _extra_flags(trailing: list[str]) -> list[str]:
         if not arg.startswith("-"):
             raise SweepError(f"unexpected argument {arg!r}; flags for the run scripts go after "
                              "`--` or in --extra, as --name=value")
-    return [*shlex.split(FLAGS.extra), *trailing]
+    return [*split_extra(FLAGS.extra), *trailing]
 
 
 def grid_jobs(trailing: list[str]) -> list[JobSpec]:
@@ -107,6 +108,36 @@ def recorded_jobs(paths: SweepPaths) -> list[JobSpec]:
     """The jobs this logdir's sweeps have recorded."""
     records = (read_json(paths.record(key)) for key in paths.recorded_keys())
     return [JobSpec.from_dict(r["spec"]) for r in records if "spec" in r]
+
+
+def _same(there: object, now: object) -> bool:
+    """A config.json value and a flag value (numbers as numbers, the rest as text)."""
+    try:
+        return float(there) == float(now)
+    except (TypeError, ValueError):
+        return str(there).lower() == str(now).lower()
+
+
+def check_finished(specs: list[JobSpec], statuses: dict, logdir: str) -> None:
+    """SweepError when a job's run directory holds a finished run with other settings than the
+    job asks for: counting it as done would leave the grid's run undone (the run script itself
+    refuses such a directory, but a finished one is never started again)."""
+    for spec in specs:
+        if statuses[spec.key].state != "done":
+            continue
+        config = read_json(os.path.join(spec.run_dir(logdir), "config.json"))
+        wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
+                  "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
+        for arg in spec.extra:  # --name=value flags that config.json records
+            name, _, value = arg.lstrip("-").partition("=")
+            if arg.startswith("-") and value:
+                wanted[name] = value
+        differ = [f"{k}: {config[k]!r} there, {v!r} now" for k, v in wanted.items()
+                  if k in config and not _same(config[k], v)]
+        if differ:
+            raise SweepError(f"{spec.run_dir(logdir)} holds a finished run with other settings "
+                             f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
+                             "job out of the grid")
 
 
 def executor_options() -> ExecutorOptions:
@@ -130,12 +161,16 @@ def run(trailing: list[str]) -> int:
                              "--preset or --grid)")
     else:
         specs = grid_jobs(trailing)
+        keys = {s.key for s in specs}
+        check_seed_overlap([*specs, *(r for r in recorded_jobs(paths) if r.key not in keys)],
+                           f"this grid and the sweeps recorded in {paths.root}")
     statuses = collect(paths, [s.key for s in specs])
     if FLAGS.status:
         for key, status in statuses.items():
             print(status_line(key, status, paths))
         print(summary(statuses))
         return 0
+    check_finished(specs, statuses, paths.logdir)
     options = executor_options()
     todo = select(specs, statuses, FLAGS.retry_failed)
     print(f"{len(specs)} jobs: {summary(statuses)}; launching {len(todo)} on {options.kind}")
@@ -160,6 +195,9 @@ def main(argv: list[str]) -> None:
     try:
         sys.exit(run(argv[1:]))
     except (SweepError, UnknownEnvError) as e:
+        print(f"sweep: {e}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # an unusable --logdir or grid file, a full disk
         print(f"sweep: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:

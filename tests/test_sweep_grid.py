@@ -95,6 +95,14 @@ def test_presets_are_the_task_lists_of_the_published_data():
     ({"envs": "cheetah-run", "seeds": 0}, "seeds must be an integer >= 1, got 0"),
     ({"envs": "cheetah-run", "max_steps": 0}, "max_steps must be an integer >= 1, got 0"),
     ({"envs": "cheetah-run", "script_dir": "/nonexistent"}, "run script /nonexistent/run_sac.py"),
+    ({"envs": "cheetah-run", "seeds": 1e400}, "seeds must be an integer, got inf"),
+    ({"envs": "cheetah-run", "extra": '--clip_c="2'}, "cannot split the extra flags"),
+    ({"envs": "cheetah-run", "extra": 5}, "extra must be a string or a list of strings"),
+    ({"envs": "cheetah-run", "utds": "1,4", "extra": "--utd=8"},
+     "the extra flag '--utd=8' sets --utd, which the sweep sets for each job"),
+    ({"envs": "cheetah-run", "extra": ["--run_name", "x"]}, "sets --run_name"),
+    ({"envs": "cheetah-run", "max_steps": 100, "extra": "--max_steps=200"},
+     "the extra flag '--max_steps=200' and the sweep setting max_steps both set --max_steps"),
 ])
 def test_bad_settings_raise_one_line(settings, message):
     with pytest.raises(ValueError) as error:
@@ -126,6 +134,25 @@ def test_grid_file_errors_name_the_entry(tmp_path):
     path.write_text("{not json")
     with pytest.raises(SweepError, match="cannot read grid file"):
         load_grid_file(str(path), {})
+
+
+def test_numbers_in_a_grid_file_may_be_single_values(tmp_path):
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps({"agent": "sac", "envs": "cheetah-run", "utds": 4}))
+    (grid,) = load_grid_file(str(path), {})
+    assert grid.utds == (4,)
+
+
+def test_jobs_training_a_seed_twice_are_an_error():
+    a = make_grid("sac", envs="cheetah-run", seeds=3)
+    b = make_grid("sac", envs="cheetah-run", seeds=2, first_seed=1)
+    with pytest.raises(SweepError, match=r"none-utd1-seed0 \(seeds 0-2\) and "
+                                         r"sac/cheetah-run/none-utd1-seed1 \(seeds 1-2\)"):
+        expand([a, b])
+    c = make_grid("sac", envs="cheetah-run", seeds=2, first_seed=3)  # seeds 3-4: no overlap
+    assert len(expand([a, c])) == 2
+    d = make_grid("sac", envs="cheetah-run", utds="4", seeds=2)  # another UTD: other runs
+    assert len(expand([a, d])) == 2
 
 
 def test_two_grids_writing_one_run_directory_differently_is_an_error():

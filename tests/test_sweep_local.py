@@ -209,3 +209,52 @@ def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, script
     assert record["attempt"] == 2 and record["pid"] != first["pid"]
     assert 40 <= int((logdir / key / "resumes.txt").read_text()) < 300
     assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 301, 10))
+
+
+def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(tmp_path, scripts):
+    """A finished run is never started again, so a grid that asks its directory for other
+    settings, or gives its seeds to another job, would leave the grid's runs undone or count
+    seeds twice: both are errors before anything is launched."""
+    logdir = tmp_path / "runs"
+    args = ["--envs=cheetah-run", "--max_steps=20", "--eval_every=10"]
+    assert sweep(logdir, scripts, *args, "--seeds=2").returncode == 0
+    more_seeds = sweep(logdir, scripts, *args, "--seeds=3")
+    assert more_seeds.returncode == 2
+    assert "sweep: " in more_seeds.stderr and "holds a finished run with other settings " \
+        "(num_seeds: 2 there, 3 now)" in more_seeds.stderr, more_seeds.stderr
+    longer = sweep(logdir, scripts, "--envs=cheetah-run", "--max_steps=30", "--eval_every=10",
+                   "--seeds=2")
+    assert longer.returncode == 2 and "max_steps: 20 there, 30 now" in longer.stderr
+    shifted = sweep(logdir, scripts, *args, "--seeds=2", "--first_seed=1", "--seeds_per_job=1")
+    assert shifted.returncode == 2 and "train the same seeds" in shifted.stderr, shifted.stderr
+    assert not (logdir / "sac" / "cheetah-run" / "none-utd1-seed1").exists()
+
+
+def test_ctrl_c_stops_following_and_the_local_jobs_go_on(tmp_path, scripts):
+    """Ctrl-C signals the terminal's whole process group: the sweep, its local workers and the
+    run scripts they started. Only the sweep stops."""
+    logdir = tmp_path / "runs"
+    key = "sac/cheetah-run/none-utd1-seed0"
+    argv = sweep_argv(logdir, scripts, "--envs=cheetah-run", "--max_steps=150",
+                      "--eval_every=10", "--", "--step_s=0.01")
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:  # its own group, as in a terminal
+        wait_for(lambda: (logdir / key / "eval.csv").exists() and len(eval_rows(logdir / key))
+                 >= 2, what="the run to start")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "the jobs go on" in err
+    wait_for(lambda: (logdir / key / "done.json").exists(), what="the job to finish")
+    assert eval_rows(logdir / key) == [(s, 0, fake_score("none", 1, 0, s, 150))
+                                       for s in range(10, 151, 10)]
+
+
+def test_slurm_without_slurm_leaves_no_records(tmp_path, scripts):
+    logdir = tmp_path / "runs"
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no sbatch or srun
+    proc = subprocess.run(sweep_argv(logdir, scripts, "--envs=cheetah-run", "--executor=slurm"),
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2 and "--executor=slurm needs SLURM's commands" in proc.stderr
+    status = sweep(logdir, scripts, "--envs=cheetah-run", "--status")
+    assert status.stdout.splitlines() == ["pending     sac/cheetah-run/none-utd1-seed0",
+                                          "1 pending"], status.stdout

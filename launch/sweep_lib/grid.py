@@ -115,18 +115,56 @@ def _items(value: str | Iterable[Any] | None) -> list[str]:
     """A comma-separated string or a sequence, as a list of stripped non-empty strings."""
     if value is None:
         return []
-    parts = value.split(",") if isinstance(value, str) else value
+    if isinstance(value, str):
+        parts = value.split(",")
+    elif isinstance(value, int | float):  # a single number in a grid file: "utds": 4
+        parts = [value]
+    else:
+        parts = value
     return [str(p).strip() for p in parts if str(p).strip()]
 
 
 def _int(name: str, value: Any, minimum: int) -> int:
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise SweepError(f"{name} must be an integer, got {value!r}") from None
     if number < minimum or isinstance(value, float) and value != number:
         raise SweepError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return number
+
+
+# Run-script flags each job's command line sets from the grid (JobSpec.argv).
+SET_BY_SWEEP = ("env", "utd", "intervention", "seed", "num_seeds", "logdir", "run_name",
+                "resume")
+
+
+def split_extra(extra: str | Iterable[str]) -> tuple[str, ...]:
+    """Extra run-script flags, from a shell-quoted string or a sequence of arguments."""
+    if isinstance(extra, str):
+        try:
+            return tuple(shlex.split(extra))
+        except ValueError as e:
+            raise SweepError(f"cannot split the extra flags {extra!r}: {e}") from None
+    if not isinstance(extra, Iterable) or any(not isinstance(a, str) for a in extra):
+        raise SweepError(f"extra must be a string or a list of strings, got {extra!r}")
+    return tuple(extra)
+
+
+def _check_extra(extra: Sequence[str], train_flags: Sequence[tuple[str, int]]) -> None:
+    """Extra flags come last on a job's command line, so one naming a setting the sweep sets
+    would override it (a UTD-1 job writing UTD-8 results, or two jobs sharing a run dir)."""
+    set_here = {name for name, _ in train_flags}
+    for arg in extra:
+        name = arg.lstrip("-").split("=", 1)[0]
+        if not arg.startswith("-"):
+            continue
+        if name in SET_BY_SWEEP:
+            raise SweepError(f"the extra flag {arg!r} sets --{name}, which the sweep sets for "
+                             f"each job; use the sweep's own settings ({', '.join(GRID_KEYS)})")
+        if name in set_here:
+            raise SweepError(f"the extra flag {arg!r} and the sweep setting {name} both set "
+                             f"--{name}; give it once")
 
 
 def _choices(name: str, values: list[str], accepted: Sequence[str]) -> tuple[str, ...]:
@@ -176,6 +214,8 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
         raise SweepError("no UTDs given; pass --utds=1,4,8 (integers >= 1)")
     flags = tuple((name, _int(name, value, 0 if name == "start_steps" else 1))
                   for name, value in train_flags.items() if value is not None)
+    extra = split_extra(extra)
+    _check_extra(extra, flags)
     script = os.path.join(os.path.abspath(script_dir), f"run_{agent}.py")
     if not os.path.isfile(script):
         raise SweepError(f"run script {script} not found; --script_dir must hold run_{agent}.py")
@@ -183,8 +223,7 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
                 utds=utd_values, seeds=_int("seeds", seeds, 1),
                 first_seed=_int("first_seed", first_seed, 0),
                 seeds_per_job=_int("seeds_per_job", seeds_per_job, 0), train_flags=flags,
-                extra=tuple(shlex.split(extra) if isinstance(extra, str) else extra),
-                script_dir=os.path.abspath(script_dir))
+                extra=extra, script_dir=os.path.abspath(script_dir))
 
 
 def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:
@@ -219,12 +258,29 @@ def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:
     return grids
 
 
+def check_seed_overlap(jobs: Iterable[JobSpec], where: str = "the grid") -> None:
+    """SweepError when two jobs of one (agent, env, intervention, UTD) train a seed twice in
+    different run directories (aggregation would count that seed twice)."""
+    by_run: dict[tuple, list[JobSpec]] = {}
+    for job in jobs:
+        by_run.setdefault((job.agent, job.env, job.intervention, job.utd), []).append(job)
+    for group in by_run.values():
+        group.sort(key=lambda j: j.seed)
+        for a, b in zip(group, group[1:], strict=False):
+            if a.key != b.key and b.seed < a.seed + a.num_seeds:
+                raise SweepError(f"{a.key} (seeds {a.seed}-{a.seed + a.num_seeds - 1}) and "
+                                 f"{b.key} (seeds {b.seed}-{b.seed + b.num_seeds - 1}) in "
+                                 f"{where} train the same seeds; give each seed to one job")
+
+
 def expand(grids: Iterable[Grid]) -> list[JobSpec]:
-    """All jobs of the grids in order; a run directory claimed by two different jobs is an error."""
+    """All jobs of the grids in order; a run directory claimed by two different jobs, or a seed
+    trained by two jobs, is an error."""
     jobs: dict[str, JobSpec] = {}
     for grid in grids:
         for job in grid.jobs():
             if jobs.setdefault(job.key, job) != job:
                 raise SweepError(f"two grid entries write the same run directory {job.key} with "
                                  "different settings; split them into separate logdirs")
+    check_seed_overlap(jobs.values())
     return list(jobs.values())

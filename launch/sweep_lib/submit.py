@@ -9,6 +9,7 @@ the sweep process exits. SLURM: one array job, one task per sweep job, at most
 import contextlib
 import dataclasses
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -120,8 +121,21 @@ def _stdio_to(path: str) -> Iterator[None]:
             os.close(copy)
 
 
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Start local workers with SIGINT ignored, which they and the run scripts they start
+    inherit: Ctrl-C in the sweep's terminal reaches its whole process group, and should stop
+    only the sweep's following of the jobs, not the jobs (stop those with `kill`)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions) -> str:
     """Record the jobs as queued and submit them; returns the launch id."""
+    executor = make_executor(options, paths.submitit)  # before any record says "queued"
     launch_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     launch_path = paths.launch(launch_id)
     write_json(launch_path, {"executor": options.kind, "keys": [s.key for s in specs],
@@ -135,10 +149,9 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
         jobs.append(RunJob(spec.key, argv, spec.run_dir(paths.logdir), paths.record(spec.key),
                            paths.log(spec.key, "out"), paths.log(spec.key, "err"),
                            job_env(options)))
-    executor = make_executor(options, paths.submitit)
     try:
         if options.kind == "local":
-            with _stdio_to(os.path.join(paths.root, "local_workers.log")):
+            with _stdio_to(os.path.join(paths.root, "local_workers.log")), _sigint_ignored():
                 workers = [executor.submit(LocalWorker(jobs, paths.claims(launch_id)))
                            for _ in range(min(options.max_parallel, len(jobs)))]
             pids = [int(w.job_id) for w in workers]
@@ -149,10 +162,11 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
                 submitted = [executor.submit(job) for job in jobs]
             details = {"scheduler_ids": {j.key: s.job_id for j, s in zip(jobs, submitted,
                                                                           strict=True)}}
-    except Exception as e:
+    except Exception as e:  # nothing ran: a relaunch submits these jobs again
+        message = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         for job in jobs:
-            update_record(job.record, state="failed", detail=f"submission failed: {e}")
-        raise
+            update_record(job.record, state="interrupted", detail=f"submission failed: {message}")
+        raise SweepError(f"submitting the jobs failed: {message}") from None
     write_json(launch_path, {**read_json(launch_path), **details, "submitted": True})
     return launch_id
 
