@@ -108,5 +108,14 @@ def main(argv: list[str]) -> None:
             sys.exit(2)
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, but a bad or unknown flag is one error line and exit code 2."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        print(f"error: {e}; see --help", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

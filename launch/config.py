@@ -143,7 +143,9 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_enum("intervention", d.intervention, list(INTERVENTIONS),
                       "What to do at the scheduled steps: nothing, a reset, or SingularClip.")
     flags.DEFINE_integer("intervention_every", d.intervention_every,
-                         "Intervene every N env steps (unless --intervention_steps is given).")
+                         "Intervene every N env steps (unless --intervention_steps is given)"
+                         + ("; BRO, unless given: at BRO's reset steps instead."
+                            if d.agent == "bro" else "."))
     flags.DEFINE_list("intervention_steps", [str(s) for s in d.intervention_steps],
                       "Explicit increasing env steps to intervene at; overrides "
                       "--intervention_every.")
@@ -156,7 +158,8 @@ def define_flags(defaults: TrainConfig) -> None:
                       "([1/c, inf)).")
     flags.DEFINE_list("clip_parts", list(d.clip_parts), "State paths SingularClip acts on, "
                       "parameters only (e.g. actor.params; no optimizer state); empty = the "
-                      "agent's default (online actor, online critic, target critic).")
+                      "agent's default (online actor(s), online critic, target critic; BRO "
+                      "also clips its optimistic actor).")
     flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Checkpoint every N env steps.")
     flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
                       "the run directory; never: refuse to touch one; must: fail if none.")

@@ -39,6 +39,13 @@ def agent_config() -> sac.SACConfig:
     if f.hidden_dim <= 0 or f.num_layers <= 0:
         raise runner.ConfigError(f"--hidden_dim and --num_layers must be positive, got "
                                  f"{f.hidden_dim} and {f.num_layers}")
+    try:
+        return _config(f)
+    except ValueError as e:
+        raise runner.ConfigError(f"--{e}") from None
+
+
+def _config(f) -> sac.SACConfig:
     return dataclasses.replace(
         _DEFAULT,
         hidden_dims=(f.hidden_dim,) * f.num_layers,

@@ -96,7 +96,9 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-IGNORED_ON_RESUME = ("resume", "progress", "versions")
+# Settings that may differ when a run resumes: how it resumes and shows progress, the library
+# versions, and how its logdir is spelled (the run directory itself is the one resumed).
+IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir")
 
 
 def resume_state(cfg: TrainConfig, record: dict) -> str:

@@ -133,13 +133,16 @@ def bad_inputs(tmp_path, logdir):
         "group key": ([f"--runs={logdir}", "--group_by=agent_config.nope"],
                       "unknown group key 'agent_config.nope'"),
         "reps": ([f"--runs={logdir}", "--reps=0"], "reps must be >= 1"),
+        "not a number": ([f"--runs={logdir}", "--step=abc"], "flag --step=abc"),
+        "unknown flag": ([f"--runs={logdir}", "--bogus=1"], "Unknown command line flag 'bogus'"),
         "out is a file": ([f"--runs={logdir}", f"--out={tmp_path / 'a_file'}"],
                           f"--out={tmp_path / 'a_file'}: cannot create the output directory"),
     }
 
 
 @pytest.mark.parametrize("case", ["missing path", "no runs", "no --runs", "labels",
-                                  "group key", "reps", "out is a file"])
+                                  "group key", "reps", "out is a file", "not a number",
+                                  "unknown flag"])
 def test_bad_input_is_one_line_on_stderr_and_exit_code_2(case, tmp_path, logdir):
     (tmp_path / "a_file").write_text("not a directory")
     args, message = bad_inputs(tmp_path, logdir)[case]

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.runs import FAST_SAC, read_csv, run
+from tests.runs import FAST_SAC, REPO, read_csv, run
 
 EXPECTED_FILES = {"config.json", "eval.csv", "train.csv", "diagnostics.csv", "interventions.csv",
                   "0.txt", "1.txt", "done.json", "checkpoints"}
@@ -111,10 +111,13 @@ def test_rerun_of_a_finished_run_does_nothing(finished_run):
     run_dir, intervention, utd = finished_run
     logdir = run_dir.parents[2]
     before = (run_dir / "eval.csv").read_text()
-    proc = run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", "--num_seeds=2", f"--utd={utd}",
-               "--max_steps=2500", "--start_steps=500", "--eval_every=500", "--log_every=500",
-               f"--intervention={intervention}", "--intervention_every=500", "--clip_c=1.2")
-    assert "already finished" in proc.stderr
+    # The same run directory however --logdir is spelled (a sweep passes absolute paths).
+    for spelling in (str(logdir), f"{logdir}/", os.path.relpath(logdir, REPO)):
+        proc = run("run_sac.py", *FAST_SAC, f"--logdir={spelling}", "--num_seeds=2",
+                   f"--utd={utd}", "--max_steps=2500", "--start_steps=500", "--eval_every=500",
+                   "--log_every=500", f"--intervention={intervention}",
+                   "--intervention_every=500", "--clip_c=1.2")
+        assert "already finished" in proc.stderr, proc.stderr
     assert (run_dir / "eval.csv").read_text() == before
 
 
