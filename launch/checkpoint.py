@@ -24,6 +24,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from launch.run_files import CannotResume
+
 
 def _is_key(x: Any) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
@@ -88,7 +90,7 @@ def _abstract(tree):
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
 
 
-class CheckpointCorrupt(RuntimeError):
+class CheckpointCorrupt(CannotResume):
     """No checkpoint in the directory could be restored."""
 
 
@@ -140,6 +142,8 @@ class Checkpointer:
         for step in reversed(steps):
             try:
                 return self._restore(step, device_template)
+            except MemoryError:
+                raise  # not the checkpoint's fault: keep it
             except Exception as e:  # orbax/tensorstore raise many types for bad files
                 aside = os.path.join(self.directory, f"corrupt_{step}")
                 print(f"warning: checkpoint at env step {step} in {self.directory} cannot be "
@@ -150,7 +154,8 @@ class Checkpointer:
                 self.manager.reload()
         if steps:
             raise CheckpointCorrupt(f"none of the checkpoints {steps} in {self.directory} "
-                                    "could be restored")
+                                    "could be restored (moved to corrupt_<step>, with the "
+                                    "logs left as they are)")
         return None
 
     def close(self) -> None:

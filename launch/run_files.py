@@ -22,6 +22,10 @@ CSV_HEADERS = {
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "dm_control", "orbax-checkpoint", "numpy")
 
 
+class CannotResume(RuntimeError):
+    """A run directory whose checkpoint or logs cannot be continued; the message says why."""
+
+
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -105,14 +109,23 @@ class RunFiles:
             json.dump(record, f, indent=2)
 
     def offsets(self) -> dict[str, int]:
-        """Byte length of every log file now (for a checkpoint)."""
+        """Byte length of every log file now, for a checkpoint. The files are synced to disk
+        first, as the checkpoint is: after a machine crash they hold at least these bytes."""
+        for handle in self._files.values():
+            handle.flush()
+            os.fsync(handle.fileno())
         return {name: handle.tell() for name, handle in self._files.items()}
 
     def truncate_to(self, offsets: dict[str, int]) -> None:
-        """Cut every log file back to `offsets` (rows written after a checkpoint)."""
+        """Cut every log file back to `offsets` (rows written after a checkpoint). A file
+        shorter than its offset lost rows the checkpoint counts: an error, never padding."""
         for name, size in offsets.items():
             handle = self._files[name]
             handle.flush()
+            if os.fstat(handle.fileno()).st_size < size:
+                raise CannotResume(f"{os.path.join(self.run_dir, name)} is shorter than when the "
+                                   f"checkpoint was written ({size} bytes); it lost rows, so the "
+                                   "run cannot continue it")
             handle.truncate(size)
             handle.seek(size)
 

@@ -14,7 +14,7 @@ from agents import make_agent
 from envs import UnknownEnvError, check_env_name
 from launch.config import ConfigError, TrainConfig, config_from_flags, validate
 from launch.events import check_clip_parts
-from launch.run_files import config_record
+from launch.run_files import CannotResume, config_record
 from launch.train import Diverged, Trainer, resume_state
 
 __all__ = ["ConfigError", "main"]
@@ -64,6 +64,8 @@ def main(
     except Diverged as e:
         _fail(f"training diverged: {e}; the last good checkpoint is kept in "
               f"{os.path.join(cfg.run_dir, 'checkpoints')}", 1)
+    except CannotResume as e:
+        _fail(f"cannot resume: {e}", 1)
 
 
 def check_writable(run_dir: str) -> None:

@@ -26,7 +26,7 @@ from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
 from launch.config import ConfigError, TrainConfig
 from launch.events import Intervention, build_intervention
-from launch.run_files import RunFiles, config_record, read_config
+from launch.run_files import CannotResume, RunFiles, config_record, read_config
 from replay import ReplayBuffer
 
 
@@ -121,6 +121,12 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
     if cfg.resume == "never" and existing is not None:
         raise ConfigError(f"--resume=never but {cfg.run_dir} already holds a run; "
                           "use another --run_name or --logdir")
+    corrupt = sorted(n for n in os.listdir(ckpt_dir) if n.startswith("corrupt_")) \
+        if os.path.isdir(ckpt_dir) else []
+    if corrupt and not has_checkpoint:
+        raise ConfigError(f"every checkpoint of {cfg.run_dir} failed to restore earlier and was "
+                          f"moved aside ({', '.join(corrupt)}); starting over would overwrite its "
+                          "logs, so move the run directory away to start it again")
     if cfg.resume == "must" and not has_checkpoint:
         raise ConfigError(f"--resume=must but there is no checkpoint in {ckpt_dir}")
     if os.path.exists(os.path.join(cfg.run_dir, "done.json")) and existing is not None:
@@ -299,7 +305,7 @@ class Trainer:
         if meta["env_step"] < self.cfg.max_steps:  # the last one may be mid-episode: see save
             obs = self.env.reset()
             if not np.array_equal(obs, host["obs"]):
-                raise RuntimeError("the restored env does not reproduce the checkpoint's "
+                raise CannotResume("the restored env does not reproduce the checkpoint's "
                                    "observation; the checkpoint does not belong to this env")
         self.eval_env.set_rng_state(group("eval_env_rng/"))
         self.random_actions.bit_generator.state = meta["random_actions"]

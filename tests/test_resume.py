@@ -107,6 +107,39 @@ def test_corrupt_latest_checkpoint_falls_back_to_previous(uninterrupted, tmp_pat
     assert returns(run_dir(tmp_path, intervention)) == uninterrupted(intervention)
 
 
+def test_when_no_checkpoint_restores_the_logs_are_kept_and_a_relaunch_refuses(tmp_path):
+    """Every checkpoint unreadable: the run stops with one line and keeps its logs; a later
+    launch must not take the directory for a fresh one (that would overwrite the logs)."""
+    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
+    kill_while_saving(args, 3)
+    directory = run_dir(tmp_path, "none")
+    for step in ("125", "250"):
+        for root, _, files in os.walk(directory / "checkpoints" / step / "device"):
+            for name in files:
+                os.truncate(os.path.join(root, name), 0)
+    logged = (directory / "eval.csv").read_text()
+    first = run("run_sac.py", *args, check=False)
+    assert first.returncode == 1, first.stderr
+    assert first.stderr.strip().splitlines()[-1].startswith(
+        "error: cannot resume: none of the checkpoints [125, 250]")
+    again = run("run_sac.py", *args, check=False)
+    assert again.returncode == 2 and "failed to restore earlier" in again.stderr, again.stderr
+    assert (directory / "eval.csv").read_text() == logged
+
+
+def test_a_log_shorter_than_its_checkpoint_stops_the_resume(tmp_path):
+    """After a machine crash a log could hold fewer bytes than the checkpoint counted; resuming
+    must not pad it (with zero bytes) into rows that were never written."""
+    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
+    kill_while_saving(args, 3)
+    train_csv = run_dir(tmp_path, "none") / "train.csv"
+    os.truncate(train_csv, os.path.getsize(train_csv) // 2)
+    proc = run("run_sac.py", *args, check=False)
+    assert proc.returncode == 1
+    assert "error: cannot resume: " in proc.stderr and "train.csv is shorter" in proc.stderr
+    assert b"\0" not in train_csv.read_bytes()
+
+
 def test_divergence_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path):
     args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}",
             "--critic_lr=1e30", "--actor_lr=1e30", "--start_steps=300"]
