@@ -367,8 +367,10 @@ class Trainer:
         """Train from a fresh start or the newest checkpoint to max_steps, then write done.json."""
         cfg = self.cfg
         loop = self.start()
+        # Redrawn 10 times a second on a terminal; every 30 s into a file (a sweep job's log).
         bar = tqdm(total=cfg.max_steps, initial=loop.env_step, unit="step", dynamic_ncols=True,
-                   disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}")
+                   disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}",
+                   mininterval=0.1 if sys.stderr.isatty() else 30.0)
         last_return, started = float("nan"), time.time() - loop.wall_time
         while loop.env_step < cfg.max_steps:
             returns = self.iteration(loop, started)

@@ -131,3 +131,6 @@ def test_last_line_skips_progress_bars_and_earlier_attempts(tmp_path):
         f.write(b" 10%|#  | 1/10\r 20%|## | 2/10\rValueError: bad \xff thing\n\n")
     assert last_line(str(path), offset) == "ValueError: bad \ufffd thing"
     assert last_line(str(path)) == "ValueError: bad \ufffd thing"
+    with open(path, "ab") as f:  # a long attempt's progress output: only the tail is read
+        f.write(b" 30%|###| 3/10\r" * 200_000 + b"KeyError: 'x'\n")
+    assert last_line(str(path), offset) == "KeyError: 'x'"

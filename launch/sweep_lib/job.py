@@ -28,6 +28,7 @@ PREEMPT_GRACE_S = 5.0
 TERMINATE_WAIT_S = 30.0
 POLL_S = 0.5
 LAST_LINE_CHARS = 300
+TAIL_BYTES = 64 * 1024  # last_line reads at most this much of a log
 PR_SET_PDEATHSIG = 1
 REQUEUED = "requeued after preemption or time-out"
 
@@ -68,7 +69,7 @@ def _requeue_deferred() -> Iterator[None]:
 def last_line(path: str, offset: int = 0) -> str:
     """The last non-empty line written to `path` after byte `offset` (progress bars too)."""
     with open(path, "rb") as f:
-        f.seek(offset)
+        f.seek(max(offset, f.seek(0, os.SEEK_END) - TAIL_BYTES))  # a log can be large
         text = f.read().decode("utf-8", errors="replace")
     lines = [line.strip() for line in text.replace("\r", "\n").split("\n") if line.strip()]
     return lines[-1][:LAST_LINE_CHARS] if lines else ""
