@@ -9,7 +9,8 @@ previous checkpoint intact; the last `keep` are kept.
 
 The host arrays (a 1M-transition buffer is hundreds of MB per seed) go through `HostArrays`, a
 small orbax handler that streams each array to its own .npy file with a CRC-32: no copy of the
-buffer is made while saving, and a truncated or corrupted file is detected on restore.
+buffer is made while saving, only its filled slots are written, and a truncated or corrupted
+file is detected on restore.
 """
 
 import dataclasses
@@ -42,6 +43,16 @@ def data_to_keys(tree, template):
                         tree, template)
 
 
+def _crc32(array: np.ndarray, crc: int = 0) -> int:
+    """CRC-32 of the array's bytes in C order, without copying it when it is a view of a
+    larger array (the replay buffer's filled slots): block by block along the first axis."""
+    if array.flags.c_contiguous:
+        return zlib.crc32(memoryview(array).cast("B"), crc)
+    for block in array:
+        crc = _crc32(np.asarray(block), crc)
+    return crc
+
+
 class HostArrays(ocp.CheckpointHandler):
     """Numpy arrays, one .npy file each, written straight from their memory, with CRC-32s."""
 
@@ -51,13 +62,13 @@ class HostArrays(ocp.CheckpointHandler):
         directory.mkdir(parents=True, exist_ok=True)
         index = {}
         for i, (name, array) in enumerate(sorted(args.arrays.items())):
-            array = np.ascontiguousarray(array)
+            array = np.asarray(array)  # np.save writes a non-contiguous view in chunks
             filename = f"{i}.npy"
             with open(directory / filename, "wb") as f:
                 np.save(f, array, allow_pickle=False)
                 f.flush()
                 os.fsync(f.fileno())
-            index[name] = {"file": filename, "crc32": zlib.crc32(memoryview(array).cast("B"))}
+            index[name] = {"file": filename, "crc32": _crc32(array)}
         (directory / self.INDEX).write_text(json.dumps(index))
 
     def restore(self, directory, args: "HostArraysRestore | None" = None) -> dict:
@@ -65,7 +76,7 @@ class HostArrays(ocp.CheckpointHandler):
         out = {}
         for name, entry in index.items():
             array = np.load(directory / entry["file"], allow_pickle=False)
-            if zlib.crc32(memoryview(np.ascontiguousarray(array)).cast("B")) != entry["crc32"]:
+            if _crc32(array) != entry["crc32"]:
                 raise ValueError(f"checksum mismatch in {entry['file']} ({name})")
             out[name] = array
         return out
@@ -157,6 +168,11 @@ class Checkpointer:
                                     "could be restored (moved to corrupt_<step>, with the "
                                     "logs left as they are)")
         return None
+
+    def keep_latest_only(self) -> None:
+        """Delete every checkpoint but the newest (a finished run resumes from none of them)."""
+        for step in self.steps()[:-1]:
+            self.manager.delete(step)
 
     def close(self) -> None:
         self.manager.close()

@@ -383,6 +383,7 @@ class Trainer:
         if self.last_checkpoint != loop.env_step:
             self.save(loop)
         self.files.write_done({"env_step": loop.env_step, "wall_time": loop.wall_time})
+        self.checkpointer.keep_latest_only()  # the final agent stays; half the disk goes
         self.files.close()
         self.checkpointer.close()
         return loop

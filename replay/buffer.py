@@ -17,7 +17,10 @@ _FIXED_ARRAYS = (
     "finals_written",
     "finals_live",
 )
-_STATE_KEYS = frozenset(_FIXED_ARRAYS + ("finals", "pointer", "size", "rng"))
+# Arrays with a slot axis (axis 1): only their first `size` slots hold transitions.
+_SLOT_ARRAYS = ("observations", "actions", "rewards", "terminated", "episode_ends",
+                "final_ordinals")
+_STATE_KEYS = frozenset(_FIXED_ARRAYS + ("finals", "pointer", "size", "capacity", "rng"))
 
 
 def _next_power_of_two(n: int) -> int:
@@ -182,11 +185,15 @@ class ReplayBuffer:
         }
 
     def state_dict(self) -> dict[str, np.ndarray | int]:
-        """Everything needed for an exact restore. Arrays are the buffer's own, not copies."""
+        """Everything needed for an exact restore. Arrays are views of the buffer's own, not
+        copies; the per-slot ones only of the `size` slots that hold transitions (before the
+        ring first wraps, the rest are empty), so a checkpoint early in a run is small."""
         return {
             **self._arrays,
+            **{key: self._arrays[key][:, :self._size] for key in _SLOT_ARRAYS},
             "pointer": self._pointer,
             "size": self._size,
+            "capacity": self.capacity,
             "rng": _rng_to_array(self._rng),
         }
 
@@ -194,13 +201,27 @@ class ReplayBuffer:
         """Restore (copying) a `state_dict` of a buffer with the same seeds, capacity and dims."""
         if set(state) != _STATE_KEYS:
             raise ValueError(f"state keys {sorted(state)} differ from {sorted(_STATE_KEYS)}")
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(f"state of a buffer with capacity {int(state['capacity'])}; this "
+                             f"one has capacity {self.capacity}")
+        pointer, size = int(state["pointer"]), int(state["size"])
+        if not (0 <= pointer < self.capacity and 0 <= size <= self.capacity):
+            raise ValueError(
+                f"pointer {pointer} and size {size} must lie in [0, {self.capacity})"
+                f" and [0, {self.capacity}]"
+            )
         arrays = {}
         for key in _FIXED_ARRAYS:
             own = self._arrays[key]
             value = np.asarray(state[key])
-            if value.shape != own.shape:
-                raise ValueError(f"state[{key!r}] has shape {value.shape}; expected {own.shape}")
-            arrays[key] = np.array(value, dtype=own.dtype)
+            expected = (own.shape[0], size, *own.shape[2:]) if key in _SLOT_ARRAYS else own.shape
+            if value.shape != expected:
+                raise ValueError(f"state[{key!r}] has shape {value.shape}; expected {expected}")
+            if key in _SLOT_ARRAYS:  # zeros are allocated lazily: only the copied slots count
+                arrays[key] = np.zeros(own.shape, own.dtype)
+                arrays[key][:, :size] = value
+            else:
+                arrays[key] = np.array(value, dtype=own.dtype)
         finals = np.asarray(state["finals"])
         f = finals.shape[1] if finals.ndim == 3 else 0
         if finals.shape != (self.num_seeds, f, self.obs_dim) or f < 1 or f & (f - 1):
@@ -209,12 +230,6 @@ class ReplayBuffer:
                 f"({self.num_seeds}, power of two, {self.obs_dim})"
             )
         arrays["finals"] = np.array(finals, dtype=np.float32)
-        pointer, size = int(state["pointer"]), int(state["size"])
-        if not (0 <= pointer < self.capacity and 0 <= size <= self.capacity):
-            raise ValueError(
-                f"pointer {pointer} and size {size} must lie in [0, {self.capacity})"
-                f" and [0, {self.capacity}]"
-            )
         self._arrays, self._pointer, self._size = arrays, pointer, size
         self._rng = _rng_from_array(state["rng"])
 

@@ -209,6 +209,15 @@ def test_state_dict_restores_exactly_and_is_checkpointable():
         ), key
     restored = ReplayBuffer(2, 16, OBS_DIM, ACT_DIM, seed=99, episode_length_hint=8)
     restored.load_state_dict(state)
+    partial = ReplayBuffer(2, 64, OBS_DIM, ACT_DIM, seed=4, episode_length_hint=8)
+    fill(partial, CountingEnv([[2, 9], [1]], [[True, False], [False]]), 20)
+    # Before the ring first wraps, only the filled slots are saved.
+    assert partial.state_dict()["observations"].shape == (2, 20, OBS_DIM)
+    again = ReplayBuffer(2, 64, OBS_DIM, ACT_DIM, episode_length_hint=8)
+    again.load_state_dict(partial.state_dict())
+    for key, value in partial.state_dict().items():
+        np.testing.assert_array_equal(again.state_dict()[key], value)
+    np.testing.assert_array_equal(again.sample(16)["observations"].shape, (2, 1, 16, OBS_DIM))
     assert restored.nbytes == original.nbytes and len(restored) == len(original)
     assert not np.shares_memory(restored.state_dict()["observations"], state["observations"])
     for _ in range(4):
@@ -253,8 +262,11 @@ def test_invalid_inputs_are_rejected_with_their_names():
             obs + [[0, 0, 0, 0], [0, 0, 0, 1]], action, rew, next_obs, terminated, truncated
         )
     state = buffer.state_dict()
-    with pytest.raises(ValueError, match="observations"):
+    with pytest.raises(ValueError, match="capacity 8; this one has capacity 9"):
         ReplayBuffer(2, 9, OBS_DIM, ACT_DIM).load_state_dict(state)
+    with pytest.raises(ValueError, match="observations"):
+        ReplayBuffer(2, 8, OBS_DIM, ACT_DIM).load_state_dict(
+            {**state, "observations": np.zeros((2, 8, OBS_DIM), np.float32)})
     with pytest.raises(ValueError, match="capacity"):
         ReplayBuffer(2, 0, OBS_DIM, ACT_DIM)
 

@@ -78,6 +78,9 @@ def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tm
         f"killed {delay:.2f}s after the first checkpoint ({killed_at} rows)")
     if killed_at < len(got):
         assert "resumed from the checkpoint" in resumed.stderr
+    checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
+    assert [n for n in os.listdir(checkpoints) if n.isdigit()] == ["1000"], (
+        "a finished run keeps its last checkpoint only")
 
 
 def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(uninterrupted, tmp_path):
