@@ -23,6 +23,21 @@ class Source:
     tasks: int
 
 
+def _warn_repeated_seeds(label: str, runs: Sequence[Run]) -> None:
+    """Warn when one seed of one task appears in several run dirs of an algorithm (its seeds
+    split into groups differently twice): each copy counts as a run."""
+    dirs: dict[tuple[str, str], list[str]] = {}
+    for run in runs:
+        run_dir, _, seed = run.run_id.rpartition("/seed")
+        dirs.setdefault((run.task, seed), []).append(run_dir)
+    repeated = {key: where for key, where in dirs.items() if len(where) > 1}
+    if repeated:
+        (task, seed), where = next(iter(sorted(repeated.items())))
+        warnings.warn(f"{label}: {len(repeated)} seed(s) appear in more than one run dir and "
+                      f"count once per copy (seed {seed} on {task} in {', '.join(where)})",
+                      AggregationWarning, stacklevel=3)
+
+
 def load_datasets(
     paths: Sequence[str],
     labels: Sequence[str] = (),
@@ -64,6 +79,8 @@ def load_datasets(
                 raise AggregationError(f"algorithm label '{label}' occurs twice; give distinct "
                                        "--labels")
             datasets[label] = group
+            if layout == "project":
+                _warn_repeated_seeds(label, group)
             sources.append(Source(label, str(path), layout, len(group),
                                   len({r.task for r in group})))
     return datasets, sources

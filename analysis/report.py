@@ -85,7 +85,7 @@ def markdown(summary: Summary, sources: Sequence[Source] = (),
 def _write_csv(path: Path, rows: list[dict]) -> None:
     with open(path, "w", newline="") as fh:
         if rows:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
             writer.writeheader()
             writer.writerows(rows)
 

@@ -109,6 +109,11 @@ def validate(cfg: TrainConfig) -> None:
             f"--intervention_steps={','.join(map(str, steps))} contradicts --intervention=none; "
             "choose --intervention=reset or clip, or drop the steps"
         )
+    if cfg.intervention != "clip" and cfg.clip_parts:
+        raise ConfigError(
+            f"--clip_parts={','.join(cfg.clip_parts)} contradicts --intervention="
+            f"{cfg.intervention}; it names what SingularClip acts on (--intervention=clip)"
+        )
     if cfg.batch_size > cfg.buffer_capacity:
         raise ConfigError(
             f"--batch_size={cfg.batch_size} is larger than --buffer_capacity={cfg.buffer_capacity}"

@@ -69,7 +69,7 @@ class RunFiles:
             path = os.path.join(run_dir, name)
             handle = open(path, "w" if fresh else "a", newline="")  # noqa: SIM115 - see close()
             if fresh and name in CSV_HEADERS:
-                csv.writer(handle).writerow(CSV_HEADERS[name])
+                csv.writer(handle, lineterminator="\n").writerow(CSV_HEADERS[name])
                 handle.flush()
             self._files[name] = handle
         done = os.path.join(run_dir, "done.json")
@@ -82,7 +82,7 @@ class RunFiles:
 
     def _rows(self, name: str, rows: Iterable[Sequence]) -> None:
         handle = self._files[name]
-        csv.writer(handle).writerows(rows)
+        csv.writer(handle, lineterminator="\n").writerows(rows)
         handle.flush()
 
     def write_eval(self, env_step: int, returns: Sequence[float], wall_time: float) -> None:

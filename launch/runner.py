@@ -62,10 +62,16 @@ def main(
     try:
         Trainer(agent, cfg).run()
     except Diverged as e:
-        _fail(f"training diverged: {e}; the last good checkpoint is kept in "
-              f"{os.path.join(cfg.run_dir, 'checkpoints')}", 1)
+        checkpoints = os.path.join(cfg.run_dir, "checkpoints")
+        kept = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
+        _fail(f"training diverged: {e}; " + (f"the last good checkpoint is kept in {checkpoints}"
+                                             if kept else "no checkpoint was written before it"),
+              1)
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 1)
+    except KeyboardInterrupt:
+        _fail(f"interrupted; the same command resumes {cfg.run_dir} from its last checkpoint "
+              f"(every {cfg.checkpoint_every:,} env steps, at an episode end)", 130)
 
 
 def check_writable(run_dir: str) -> None:

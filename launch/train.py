@@ -247,6 +247,7 @@ class Trainer:
                            f"{self.cfg.seeds[bad[0]]}")
 
     def log_eval(self, loop: Loop) -> np.ndarray:
+        self.check_divergence(loop)  # no evaluation row for an agent that has diverged
         returns = evaluate(self.eval_act, loop.states, self.eval_env, self.cfg.eval_episodes)
         self.files.write_eval(loop.env_step, returns, loop.wall_time)
         if self.diagnose is not None and len(self.buffer) >= self.cfg.batch_size:
@@ -372,14 +373,16 @@ class Trainer:
                    disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}",
                    mininterval=0.1 if sys.stderr.isatty() else 30.0)
         last_return, started = float("nan"), time.time() - loop.wall_time
-        while loop.env_step < cfg.max_steps:
-            returns = self.iteration(loop, started)
-            if returns is not None:
-                last_return = float(np.mean(returns))
-            bar.update(1)
-            if loop.env_step % 100 == 0:
-                bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
-        bar.close()
+        try:  # the bar's last redraw comes before any error message, not after it
+            while loop.env_step < cfg.max_steps:
+                returns = self.iteration(loop, started)
+                if returns is not None:
+                    last_return = float(np.mean(returns))
+                bar.update(1)
+                if loop.env_step % 100 == 0:
+                    bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
+        finally:
+            bar.close()
         if self.last_checkpoint != loop.env_step:
             self.save(loop)
         self.files.write_done({"env_step": loop.env_step, "wall_time": loop.wall_time})

@@ -54,6 +54,15 @@ def test_missing_seeds_in_a_project_run_warn(tmp_path):
         load_runs(tmp_path)
 
 
+def test_a_seed_in_two_run_dirs_of_one_algorithm_warns(tmp_path):
+    write_project_run(tmp_path, "cheetah-run", "none-utd1-seed0", {0: curve(0), 1: curve(1)})
+    write_project_run(tmp_path, "cheetah-run", "none-utd1-seed1", {1: curve(1)}, seed=1)
+    with pytest.warns(AggregationWarning, match=r"1 seed\(s\) appear in more than one run dir.*"
+                      r"seed 1 on cheetah-run in none-utd1-seed0, none-utd1-seed1"):
+        datasets, _ = load_datasets([str(tmp_path)], group_by=["intervention"])
+    assert len(datasets["intervention=none"]) == 3
+
+
 def test_group_by_splits_by_config_values_including_dotted_paths(tmp_path):
     for i, (intervention, utd) in enumerate([("clip", 8), ("reset", 8), ("clip", 1)]):
         write_project_run(tmp_path, "cheetah-run", f"r{i}", {0: curve(i)},

@@ -31,6 +31,8 @@ CASES = {
     "stray argument": (["humanoid-stand"], "unexpected arguments"),
     "no critics": (["--num_critics=0"], "--num_critics must be positive, got 0"),
     "tau above 1": (["--tau=2"], "--tau must be in (0, 1], got 2.0"),
+    "clip parts without clip": (["--intervention=reset", "--clip_parts=actor.params"],
+                                "--clip_parts=actor.params contradicts --intervention=reset"),
     "unknown clip part": (["--intervention=clip", "--clip_parts=actor.nope"],
                           "--clip_parts: unknown part 'actor.nope'"),
     "clip part with optimizer state": (["--intervention=clip", "--clip_parts=actor"],

@@ -155,3 +155,31 @@ def test_divergence_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path
     checkpoints = run_dir(tmp_path, "none") / "checkpoints"
     kept = [n for n in os.listdir(checkpoints) if n.isdigit()]
     assert sorted(kept) == ["125", "250"], "the checkpoints before the divergence are kept"
+
+
+def test_divergence_between_train_logs_is_caught_before_an_evaluation(tmp_path):
+    """The losses turn inf before step 500 while the actions stay finite: the evaluation at 500
+    stops the run (train logs come every 1,000 steps) instead of logging the diverged agent."""
+    proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--hidden_dim=8",
+               "--max_steps=1500", "--start_steps=300", "--eval_every=500", "--critic_lr=1e4",
+               "--actor_lr=1e4", "--temp_lr=10", "--progress=true", check=False)
+    # With the progress bar on, the error is still the last line (a sweep shows that line).
+    assert proc.returncode == 1
+    message = proc.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: training diverged: ") and "at env step 500" in message
+    assert message.endswith("no checkpoint was written before it")
+    rows = read_csv(tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0" / "eval.csv")
+    assert rows == []
+
+
+def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
+    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_checkpoint(run_dir(tmp_path, "none") / "checkpoints", proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("error: interrupted; the same command resumes")
+    resumed = run("run_sac.py", *args)
+    assert "resumed from the checkpoint" in resumed.stderr

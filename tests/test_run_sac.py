@@ -31,6 +31,7 @@ def test_writes_every_file(finished_run):
     assert config["agent_config"]["hidden_dims"] == [32, 32]
     assert {"jax", "flax", "mujoco", "dm_control"} <= set(config["versions"])
     assert json.loads((run_dir / "done.json").read_text())["env_step"] == 2500
+    assert b"\r" not in (run_dir / "eval.csv").read_bytes(), "plain \\n line ends"
     # A finished run keeps its last checkpoint only: the final agent, replay buffer and all.
     assert [n for n in os.listdir(run_dir / "checkpoints") if n.isdigit()] == ["2500"]
 
