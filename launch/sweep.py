@@ -36,6 +36,7 @@ from launch.sweep_lib.state import SweepPaths, read_json
 from launch.sweep_lib.submit import (
     EXECUTORS,
     ExecutorOptions,
+    check_finished,
     collect,
     launch,
     select,
@@ -109,36 +110,6 @@ def recorded_jobs(paths: SweepPaths) -> list[JobSpec]:
     """The jobs this logdir's sweeps have recorded."""
     records = (read_json(paths.record(key)) for key in paths.recorded_keys())
     return [JobSpec.from_dict(r["spec"]) for r in records if "spec" in r]
-
-
-def _same(there: object, now: object) -> bool:
-    """A config.json value and a flag value (numbers as numbers, the rest as text)."""
-    try:
-        return float(there) == float(now)
-    except (TypeError, ValueError):
-        return str(there).lower() == str(now).lower()
-
-
-def check_finished(specs: list[JobSpec], statuses: dict, logdir: str) -> None:
-    """SweepError when a job's run directory holds a finished run with other settings than the
-    job asks for: counting it as done would leave the grid's run undone (the run script itself
-    refuses such a directory, but a finished one is never started again)."""
-    for spec in specs:
-        if statuses[spec.key].state != "done":
-            continue
-        config = read_json(os.path.join(spec.run_dir(logdir), "config.json"))
-        wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
-                  "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
-        for arg in spec.extra:  # --name=value flags that config.json records
-            name, _, value = arg.lstrip("-").partition("=")
-            if arg.startswith("-") and value:
-                wanted[name] = value
-        differ = [f"{k}: {config[k]!r} there, {v!r} now" for k, v in wanted.items()
-                  if k in config and not _same(config[k], v)]
-        if differ:
-            raise SweepError(f"{spec.run_dir(logdir)} holds a finished run with other settings "
-                             f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
-                             "job out of the grid")
 
 
 def executor_options() -> ExecutorOptions:

@@ -20,6 +20,7 @@ from launch.sweep_lib.state import (
     this_process,
     update_record,
 )
+from launch.sweep_lib.submit import same_setting
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +135,10 @@ def test_last_line_skips_progress_bars_and_earlier_attempts(tmp_path):
     with open(path, "ab") as f:  # a long attempt's progress output: only the tail is read
         f.write(b" 30%|###| 3/10\r" * 200_000 + b"KeyError: 'x'\n")
     assert last_line(str(path), offset) == "KeyError: 'x'"
+
+
+def test_a_recorded_setting_matches_the_flag_text_that_set_it():
+    assert same_setting(500, "500") and same_setting(0.01, "1e-2") and same_setting(4.0, "4")
+    assert same_setting([15001, 50001], "15001,50001") and same_setting([], "")
+    assert same_setting(False, "false") and same_setting("cheetah-run", "cheetah-run")
+    assert not same_setting(20, "30") and not same_setting([15001], "15001,50001")

@@ -223,6 +223,40 @@ def watch(paths: SweepPaths, keys: Sequence[str], poll_s: float = 2.0,
         time.sleep(poll_s)
 
 
+def same_setting(there: object, now: object) -> bool:
+    """A config.json value and a flag's text: numbers as numbers, lists as comma-separated
+    items (as absl reads them), booleans and the rest as text."""
+    if isinstance(there, list | tuple):
+        there = ",".join(map(str, there))
+    try:
+        return float(there) == float(now)
+    except (TypeError, ValueError):
+        return str(there).lower() == str(now).lower()
+
+
+def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
+                   logdir: str) -> None:
+    """SweepError when a job's run directory holds a finished run with other settings than the
+    job asks for: counting it as done would leave the grid's run undone (the run script itself
+    refuses such a directory, but a finished one is never started again)."""
+    for spec in specs:
+        if statuses[spec.key].state != "done":
+            continue
+        config = read_json(os.path.join(spec.run_dir(logdir), "config.json"))
+        wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
+                  "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
+        for arg in spec.extra:  # --name=value flags that config.json records
+            name, _, value = arg.lstrip("-").partition("=")
+            if arg.startswith("-") and value:
+                wanted[name] = value
+        differ = [f"{k}: {config[k]!r} there, {v!r} now" for k, v in wanted.items()
+                  if k in config and not same_setting(config[k], v)]
+        if differ:
+            raise SweepError(f"{spec.run_dir(logdir)} holds a finished run with other settings "
+                             f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
+                             "job out of the grid")
+
+
 def select(specs: Sequence[JobSpec], statuses: Mapping[str, Status], retry_failed: bool,
            ) -> list[JobSpec]:
     """The jobs to (re)launch: never started or interrupted, and failed ones if asked."""
