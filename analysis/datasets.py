@@ -26,13 +26,14 @@ class Source:
 def _warn_repeated_seeds(label: str, runs: Sequence[Run]) -> None:
     """Warn when one seed of one task appears in several run dirs of an algorithm (its seeds
     split into groups differently twice): each copy counts as a run."""
-    dirs: dict[tuple[str, str], list[str]] = {}
-    for run in runs:
+    dirs: dict[tuple, list[str]] = {}
+    for run in runs:  # the same seed under one configuration (runs merely pooled differ here)
         run_dir, _, seed = run.run_id.rpartition("/seed")
-        dirs.setdefault((run.task, seed), []).append(run_dir)
+        setting = tuple(str(run.config.get(k)) for k in ("agent", "intervention", "utd"))
+        dirs.setdefault((run.task, seed, setting), []).append(run_dir)
     repeated = {key: where for key, where in dirs.items() if len(where) > 1}
     if repeated:
-        (task, seed), where = next(iter(sorted(repeated.items())))
+        (task, seed, _), where = next(iter(sorted(repeated.items())))
         warnings.warn(f"{label}: {len(repeated)} seed(s) appear in more than one run dir and "
                       f"count once per copy (seed {seed} on {task} in {', '.join(where)})",
                       AggregationWarning, stacklevel=3)

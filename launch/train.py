@@ -300,7 +300,11 @@ class Trainer:
         def group(prefix):
             return {k[len(prefix):]: v for k, v in host.items() if k.startswith(prefix)}
 
-        self.buffer.load_state_dict({**group("buffer/"), **meta["buffer_scalars"]})
+        try:
+            self.buffer.load_state_dict({**group("buffer/"), **meta["buffer_scalars"]})
+        except ValueError as e:
+            raise CannotResume(f"the checkpoint's replay buffer does not fit this run: {e}") \
+                from None
         self.env.set_rng_state(group("env_rng/"))
         obs = host["obs"]
         if meta["env_step"] < self.cfg.max_steps:  # the last one may be mid-episode: see save
@@ -368,10 +372,11 @@ class Trainer:
         """Train from a fresh start or the newest checkpoint to max_steps, then write done.json."""
         cfg = self.cfg
         loop = self.start()
-        # Redrawn 10 times a second on a terminal; every 30 s into a file (a sweep job's log).
+        # Redrawn up to 10 times a second on a terminal; every 30 s into a file (a sweep job's
+        # log), where tqdm's own redraw every maxinterval would come sooner.
+        every = {} if sys.stderr.isatty() else {"mininterval": 30.0, "maxinterval": 30.0}
         bar = tqdm(total=cfg.max_steps, initial=loop.env_step, unit="step", dynamic_ncols=True,
-                   disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}",
-                   mininterval=0.1 if sys.stderr.isatty() else 30.0)
+                   disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}", **every)
         last_return, started = float("nan"), time.time() - loop.wall_time
         try:  # the bar's last redraw comes before any error message, not after it
             while loop.env_step < cfg.max_steps:

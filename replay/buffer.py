@@ -199,6 +199,8 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore (copying) a `state_dict` of a buffer with the same seeds, capacity and dims."""
+        if "capacity" not in state and "observations" in state:  # saved before it was a key
+            state = {**state, "capacity": np.shape(state["observations"])[1]}
         if set(state) != _STATE_KEYS:
             raise ValueError(f"state keys {sorted(state)} differ from {sorted(_STATE_KEYS)}")
         if int(state["capacity"]) != self.capacity:
@@ -214,6 +216,8 @@ class ReplayBuffer:
         for key in _FIXED_ARRAYS:
             own = self._arrays[key]
             value = np.asarray(state[key])
+            if key in _SLOT_ARRAYS and value.shape == own.shape:
+                value = value[:, :size]  # every slot, as states were saved before
             expected = (own.shape[0], size, *own.shape[2:]) if key in _SLOT_ARRAYS else own.shape
             if value.shape != expected:
                 raise ValueError(f"state[{key!r}] has shape {value.shape}; expected {expected}")

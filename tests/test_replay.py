@@ -218,6 +218,13 @@ def test_state_dict_restores_exactly_and_is_checkpointable():
     for key, value in partial.state_dict().items():
         np.testing.assert_array_equal(again.state_dict()[key], value)
     np.testing.assert_array_equal(again.sample(16)["observations"].shape, (2, 1, 16, OBS_DIM))
+    # A state saved before the filled-slot form (every slot, no capacity key) still loads.
+    old_form = {**partial.state_dict(), **{k: v for k, v in partial._arrays.items()}}
+    del old_form["capacity"]
+    older = ReplayBuffer(2, 64, OBS_DIM, ACT_DIM, episode_length_hint=8)
+    older.load_state_dict(old_form)
+    for key, value in partial.state_dict().items():
+        np.testing.assert_array_equal(older.state_dict()[key], value)
     assert restored.nbytes == original.nbytes and len(restored) == len(original)
     assert not np.shares_memory(restored.state_dict()["observations"], state["observations"])
     for _ in range(4):
@@ -266,7 +273,7 @@ def test_invalid_inputs_are_rejected_with_their_names():
         ReplayBuffer(2, 9, OBS_DIM, ACT_DIM).load_state_dict(state)
     with pytest.raises(ValueError, match="observations"):
         ReplayBuffer(2, 8, OBS_DIM, ACT_DIM).load_state_dict(
-            {**state, "observations": np.zeros((2, 8, OBS_DIM), np.float32)})
+            {**state, "observations": np.zeros((2, 1, OBS_DIM + 1), np.float32)})
     with pytest.raises(ValueError, match="capacity"):
         ReplayBuffer(2, 0, OBS_DIM, ACT_DIM)
 

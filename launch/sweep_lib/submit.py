@@ -151,9 +151,16 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
                            job_env(options)))
     try:
         if options.kind == "local":
+            workers = []
             with _stdio_to(os.path.join(paths.root, "local_workers.log")), _sigint_ignored():
-                workers = [executor.submit(LocalWorker(jobs, paths.claims(launch_id)))
-                           for _ in range(min(options.max_parallel, len(jobs)))]
+                for _ in range(min(options.max_parallel, len(jobs))):
+                    try:
+                        workers.append(executor.submit(LocalWorker(jobs,
+                                                                   paths.claims(launch_id))))
+                    except Exception:
+                        if not workers:
+                            raise  # none started: the jobs are relaunchable (below)
+                        break  # those that started claim every job: fewer run at once
             pids = [int(w.job_id) for w in workers]
             details = {"workers": [{**this_process(), "pid": p, "pid_start": process_start(p)}
                                    for p in pids]}
@@ -162,7 +169,7 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
                 submitted = [executor.submit(job) for job in jobs]
             details = {"scheduler_ids": {j.key: s.job_id for j, s in zip(jobs, submitted,
                                                                           strict=True)}}
-    except Exception as e:  # nothing ran: a relaunch submits these jobs again
+    except Exception as e:  # nothing was started: a relaunch submits these jobs again
         message = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         for job in jobs:
             update_record(job.record, state="interrupted", detail=f"submission failed: {message}")
