@@ -18,6 +18,7 @@ from analysis.datasets import load_datasets
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.report import write_tables
 from analysis.summary import Settings, check_settings, summarize
+from launch.config import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runs", [], "Run directories, one algorithm each (or split by --group_by). "
@@ -108,14 +109,5 @@ def main(argv: list[str]) -> None:
             sys.exit(2)
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing, but a bad or unknown flag is one error line and exit code 2."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        print(f"error: {e}; see --help", file=sys.stderr)
-        sys.exit(2)
-
-
 if __name__ == "__main__":
-    app.run(main, flags_parser=parse_flags)
+    app.run(main, flags_parser=one_line_flag_parser())

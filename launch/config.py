@@ -8,6 +8,7 @@ wrong and what is accepted; the run scripts turn it into exit code 2.
 
 import dataclasses
 import os
+import sys
 from collections.abc import Sequence
 
 from absl import flags
@@ -16,6 +17,20 @@ INTERVENTIONS = ("none", "reset", "clip")
 CLIP_METHODS = ("svd", "newton_schulz")
 CLIP_SIDES = ("both", "upper", "lower")
 RESUME_MODES = ("auto", "never", "must")
+
+
+def one_line_flag_parser(prefix: str = "error: "):
+    """absl's flag parser for `app.run(..., flags_parser=...)`, but a bad or unknown flag is
+    one line on stderr (`prefix` and absl's message) and exit code 2."""
+
+    def parse(argv: list[str]) -> list[str]:
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as e:
+            print(f"{prefix}{e}; see --help", file=sys.stderr)
+            sys.exit(2)
+
+    return parse
 
 
 class ConfigError(ValueError):

@@ -8,11 +8,17 @@ import os
 import sys
 from collections.abc import Callable
 
-from absl import flags, logging
+from absl import logging
 
 from agents import make_agent
 from envs import UnknownEnvError, check_env_name
-from launch.config import ConfigError, TrainConfig, config_from_flags, validate
+from launch.config import (
+    ConfigError,
+    TrainConfig,
+    config_from_flags,
+    one_line_flag_parser,
+    validate,
+)
 from launch.events import check_clip_parts
 from launch.run_files import CannotResume, config_record
 from launch.train import Diverged, Trainer, resume_state
@@ -20,12 +26,7 @@ from launch.train import Diverged, Trainer, resume_state
 __all__ = ["ConfigError", "main"]
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing, but a bad flag is one line on stderr and exit code 2."""
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:
-        _fail(f"{e}; see --help", 2)
+parse_flags = one_line_flag_parser()
 
 
 def _fail(message: str, code: int) -> None:

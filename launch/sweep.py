@@ -17,6 +17,7 @@ import sys
 from absl import app, flags, logging
 
 from envs import UnknownEnvError
+from launch.config import one_line_flag_parser
 from launch.sweep_lib.grid import (
     AGENTS,
     DEFAULT_SCRIPT_DIR,
@@ -177,14 +178,5 @@ def main(argv: list[str]) -> None:
         sys.exit(130)
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl's parser, but a bad flag is one line on stderr and exit code 2."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        print(f"sweep: {e}", file=sys.stderr)
-        sys.exit(2)
-
-
 if __name__ == "__main__":
-    app.run(main, flags_parser=parse_flags)
+    app.run(main, flags_parser=one_line_flag_parser("sweep: "))
