@@ -21,7 +21,7 @@ from launch.config import (
 )
 from launch.events import check_clip_parts
 from launch.run_files import CannotResume, config_record
-from launch.train import Diverged, Trainer, resume_state
+from launch.train import Diverged, Trainer, checkpoint_dirs, resume_state
 
 __all__ = ["ConfigError", "main"]
 
@@ -63,11 +63,9 @@ def main(
     try:
         Trainer(agent, cfg).run()
     except Diverged as e:
-        checkpoints = os.path.join(cfg.run_dir, "checkpoints")
-        kept = os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))
-        _fail(f"training diverged: {e}; " + (f"the last good checkpoint is kept in {checkpoints}"
-                                             if kept else "no checkpoint was written before it"),
-              1)
+        kept = (f"the last good checkpoint is kept in {cfg.run_dir}/checkpoints"
+                if checkpoint_dirs(cfg.run_dir)[0] else "no checkpoint was written before it")
+        _fail(f"training diverged: {e}; {kept}", 1)
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 1)
     except KeyboardInterrupt:

@@ -101,6 +101,13 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
 IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir")
 
 
+def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
+    """The run's checkpoint directories by name: (env steps, those moved aside as corrupt)."""
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+    names = sorted(os.listdir(ckpt_dir)) if os.path.isdir(ckpt_dir) else []
+    return [n for n in names if n.isdigit()], [n for n in names if n.startswith("corrupt_")]
+
+
 def resume_state(cfg: TrainConfig, record: dict) -> str:
     """"fresh", "resume" or "done" for this run directory, as `--resume` asks.
 
@@ -109,7 +116,8 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
     """
     existing = read_config(cfg.run_dir)
     ckpt_dir = os.path.join(cfg.run_dir, "checkpoints")
-    has_checkpoint = os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir))
+    steps, corrupt = checkpoint_dirs(cfg.run_dir)
+    has_checkpoint = bool(steps)
     if existing is not None:
         differ = sorted(k for k in set(existing) | set(record) if k not in IGNORED_ON_RESUME
                         and existing.get(k) != json.loads(json.dumps(record.get(k))))
@@ -121,8 +129,6 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
     if cfg.resume == "never" and existing is not None:
         raise ConfigError(f"--resume=never but {cfg.run_dir} already holds a run; "
                           "use another --run_name or --logdir")
-    corrupt = sorted(n for n in os.listdir(ckpt_dir) if n.startswith("corrupt_")) \
-        if os.path.isdir(ckpt_dir) else []
     if corrupt and not has_checkpoint:
         raise ConfigError(f"every checkpoint of {cfg.run_dir} failed to restore earlier and was "
                           f"moved aside ({', '.join(corrupt)}); starting over would overwrite its "
