@@ -2,8 +2,9 @@
 
 A weight matrix is a leaf whose key is "kernel" with ndim >= 2. A Dense kernel is its last two
 axes; all leading axes (an `nn.vmap` ensemble axis, a `jax.vmap` seed axis) are batch axes. A
-kernel under a module whose name starts with "Conv" has layout (batch..., k_1..k_d, in, out) with
-d = `conv_spatial_ndim`; it is viewed as (batch..., k_1*...*k_d*in, out).
+kernel whose own module's name starts with "Conv" (flax's Conv_0, ConvTranspose_1, ...) has
+layout (batch..., k_1..k_d, in, out) with d = `conv_spatial_ndim`; it is viewed as
+(batch..., k_1*...*k_d*in, out). A conv given another name is taken for a Dense.
 """
 
 from collections.abc import Callable, Sequence
@@ -34,8 +35,9 @@ def is_weight_matrix(path: Sequence[Any], leaf: Any) -> bool:
 
 
 def is_conv_kernel(path: Sequence[Any]) -> bool:
-    """True when some module on the path is named "Conv..." (Conv_0, ConvTranspose_1, ...)."""
-    return any(_key_name(key).startswith(CONV_PREFIX) for key in path[:-1])
+    """True when the kernel's own module is named "Conv..." (Conv_0, ConvTranspose_1, ...); a
+    Dense inside a module named so (ConvEncoder_0/Dense_0) is a Dense."""
+    return len(path) >= 2 and _key_name(path[-2]).startswith(CONV_PREFIX)
 
 
 def layer_name(path: Sequence[Any]) -> str:

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interventions import singular_clip
+from interventions.matrices import weight_matrices
 
 TOL = 2e-5
 
@@ -220,3 +221,10 @@ def test_errors_name_what_is_accepted(kwargs, match):
     params = {"Conv_0": {"kernel": jnp.ones((3, 3, 2, 4))}}
     with pytest.raises(ValueError, match=match):
         singular_clip(params, **kwargs)
+
+
+def test_a_dense_inside_a_conv_named_module_keeps_its_batch_axes():
+    params = {"params": {"ConvEncoder_0": {"Dense_0": {"kernel": jnp.ones((4, 2, 5, 3))},
+                                           "Conv_0": {"kernel": jnp.ones((3, 3, 2, 4))}}}}
+    views = {name: m.shape for name, m in weight_matrices(params).items()}
+    assert views == {"ConvEncoder_0/Dense_0": (4, 2, 5, 3), "ConvEncoder_0/Conv_0": (18, 4)}
