@@ -64,6 +64,7 @@ class TrainConfig:
     clip_method: str = "svd"
     clip_sides: str = "both"
     clip_parts: tuple[str, ...] = ()
+    clip_ns_steps: int = 20  # interventions.DEFAULT_NS_STEPS (this module does not import jax)
     checkpoint_every: int = 50_000
     resume: str = "auto"
     progress: bool = True
@@ -95,7 +96,7 @@ def validate(cfg: TrainConfig) -> None:
     """Raise ConfigError for the first setting that cannot work."""
     for name in ("num_seeds", "utd", "batch_size", "max_steps", "action_repeat",
                  "buffer_capacity", "eval_every", "eval_episodes", "log_every",
-                 "intervention_every", "checkpoint_every"):
+                 "intervention_every", "checkpoint_every", "clip_ns_steps"):
         _positive(name, getattr(cfg, name))
     if cfg.seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {cfg.seed}")
@@ -180,6 +181,10 @@ def define_flags(defaults: TrainConfig) -> None:
                       "parameters only (e.g. actor.params; no optimizer state); empty = the "
                       "agent's default (online actor(s), online critic, target critic; BRO "
                       "also clips its optimistic actor).")
+    flags.DEFINE_integer("clip_ns_steps", d.clip_ns_steps, "Polar Express iterations per matrix "
+                         "sign with --clip_method=newton_schulz (SPEC's coefficients are for 8; "
+                         "steps past 8 repeat the last; the default meets the paper's error on "
+                         "random matrices, see benchmarks/clip.py).")
     flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Checkpoint every N env steps.")
     flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
                       "the run directory; never: refuse to touch one; must: fail if none.")
@@ -203,4 +208,7 @@ def config_from_flags(agent: str) -> TrainConfig:
     values["clip_parts"] = tuple(values["clip_parts"])
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)
+    if f["clip_ns_steps"].present and cfg.clip_method != "newton_schulz":
+        raise ConfigError(f"--clip_ns_steps={cfg.clip_ns_steps} needs --clip_method=newton_schulz "
+                          f"(the SVD clip has no iterations), got --clip_method={cfg.clip_method}")
     return cfg

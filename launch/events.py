@@ -62,7 +62,8 @@ def _event(agent: Agent, cfg: TrainConfig, init_fn: Callable, init_keys: jax.Arr
     """
     if cfg.intervention == "clip":
         clip = functools.partial(
-            singular_clip, c=cfg.clip_c, sides=cfg.clip_sides, method=cfg.clip_method
+            singular_clip, c=cfg.clip_c, sides=cfg.clip_sides, method=cfg.clip_method,
+            ns_steps=cfg.clip_ns_steps,
         )
         clip_parts = jax.jit(lambda states: map_parts(states, cfg.clip_parts or agent.clip_parts,
                                                       clip))

@@ -99,6 +99,8 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
 # Settings that may differ when a run resumes: how it resumes and shows progress, the library
 # versions, and how its logdir is spelled (the run directory itself is the one resumed).
 IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir")
+# Settings added after runs were recorded without them, with the value those runs had.
+ADDED_SETTINGS = {"clip_ns_steps": 20}
 
 
 def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
@@ -119,6 +121,7 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
     steps, corrupt = checkpoint_dirs(cfg.run_dir)
     has_checkpoint = bool(steps)
     if existing is not None:
+        existing = {**ADDED_SETTINGS, **existing}
         differ = sorted(k for k in set(existing) | set(record) if k not in IGNORED_ON_RESUME
                         and existing.get(k) != json.loads(json.dumps(record.get(k))))
         if differ:

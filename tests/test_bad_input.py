@@ -2,12 +2,14 @@
 
 import dataclasses
 import json
+import os
 
 import pytest
 
 from agents.sac import SACConfig
-from launch.config import TrainConfig
+from launch.config import ConfigError, TrainConfig
 from launch.run_files import config_record
+from launch.train import resume_state
 from tests.runs import FAST_SAC, run
 
 CASES = {
@@ -31,6 +33,10 @@ CASES = {
     "stray argument": (["humanoid-stand"], "unexpected arguments"),
     "no critics": (["--num_critics=0"], "--num_critics must be positive, got 0"),
     "tau above 1": (["--tau=2"], "--tau must be in (0, 1], got 2.0"),
+    "ns steps below 1": (["--intervention=clip", "--clip_method=newton_schulz",
+                          "--clip_ns_steps=0"], "--clip_ns_steps must be positive, got 0"),
+    "ns steps with the svd clip": (["--intervention=clip", "--clip_ns_steps=8"],
+                                   "--clip_ns_steps=8 needs --clip_method=newton_schulz"),
     "clip parts without clip": (["--intervention=reset", "--clip_parts=actor.params"],
                                 "--clip_parts=actor.params contradicts --intervention=reset"),
     "unknown clip part": (["--intervention=clip", "--clip_parts=actor.nope"],
@@ -76,6 +82,21 @@ def test_logdir_holding_a_run_with_another_config(tmp_path):
     assert len(lines) == 1 and "holds a run with different settings" in lines[0]
     assert "(utd: 4 there, 1 now)" in lines[0]
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
+
+
+def test_a_run_recorded_before_a_setting_existed_is_still_the_same_run(tmp_path):
+    """config.json of a run started before --clip_ns_steps existed lacks it; resuming that
+    run with the value it had (the default) is not 'different settings'."""
+    cfg = TrainConfig(agent="sac", env="cartpole-swingup", progress=False, logdir=str(tmp_path))
+    record = config_record(cfg, SACConfig())
+    del record["clip_ns_steps"]
+    os.makedirs(cfg.run_dir)
+    with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
+        json.dump(record, f)
+    assert resume_state(cfg, config_record(cfg, SACConfig())) == "fresh"
+    changed = dataclasses.replace(cfg, clip_method="newton_schulz", clip_ns_steps=8)
+    with pytest.raises(ConfigError, match="clip_ns_steps: 20 there, 8 now"):
+        resume_state(changed, config_record(changed, SACConfig()))
 
 
 def test_resume_never_refuses_an_existing_run_and_must_needs_a_checkpoint(tmp_path):

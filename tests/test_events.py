@@ -10,6 +10,7 @@ import pytest
 from agents import make_agent
 from agents.common import Batch
 from agents.sac import SACConfig
+from interventions import DEFAULT_NS_STEPS, ns_clip_matrices
 from launch.config import TrainConfig
 from launch.events import build_intervention
 
@@ -62,3 +63,21 @@ def test_fresh_reset_draws_new_weights(setup):
     assert not np.allclose(kernel(new), kernel(trained))
     assert not np.allclose(kernel(new), kernel(again)), "each event draws its own weights"
     assert int(new.temp.step[0]) == 0 and int(trained.temp.step[0]) == 3
+
+
+def test_clip_ns_steps_reaches_the_newton_schulz_clip(setup):
+    agent, init_fn, keys, _, trained = setup
+    kernel = lambda s: np.asarray(s.actor.params["MLP_0"]["Dense_1"]["kernel"])
+    clipped = {}
+    for steps in (2, 12):
+        cfg = TrainConfig(intervention="clip", intervention_every=100, num_seeds=2, clip_c=1.5,
+                          clip_method="newton_schulz", clip_ns_steps=steps)
+        clipped[steps] = kernel(build_intervention(agent, cfg, init_fn, keys).apply(trained,
+                                                                                    100)[0])
+        expected = ns_clip_matrices(kernel(trained), 1 / 1.5, 1.5, steps)
+        np.testing.assert_allclose(clipped[steps], expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(clipped[2], clipped[12], atol=1e-4)
+
+
+def test_the_config_default_is_the_library_default():
+    assert TrainConfig().clip_ns_steps == DEFAULT_NS_STEPS
