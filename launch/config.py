@@ -7,6 +7,7 @@ wrong and what is accepted; the run scripts turn it into exit code 2.
 """
 
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -55,6 +56,8 @@ class TrainConfig:
     eval_episodes: int = 10
     log_every: int = 1_000
     diagnostics: bool = True
+    dormant_taus: tuple[float, ...] = (0.0, 0.025)  # interventions.diagnostics.DORMANT_TAUS
+    srank_threshold: float = 0.99  # interventions.diagnostics.SRANK_THRESHOLD
     logdir: str = "runs"
     run_name: str = ""
     intervention: str = "none"
@@ -130,6 +133,11 @@ def validate(cfg: TrainConfig) -> None:
             f"--clip_parts={','.join(cfg.clip_parts)} contradicts --intervention="
             f"{cfg.intervention}; it names what SingularClip acts on (--intervention=clip)"
         )
+    if not all(0 <= tau < math.inf for tau in cfg.dormant_taus):
+        raise ConfigError(f"--dormant_taus must be finite thresholds >= 0, got "
+                          f"{list(cfg.dormant_taus)}")
+    if not 0 < cfg.srank_threshold <= 1:
+        raise ConfigError(f"--srank_threshold must be in (0, 1], got {cfg.srank_threshold}")
     if cfg.batch_size > cfg.buffer_capacity:
         raise ConfigError(
             f"--batch_size={cfg.batch_size} is larger than --buffer_capacity={cfg.buffer_capacity}"
@@ -157,6 +165,11 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_integer("log_every", d.log_every, "Write mean training metrics every N env steps.")
     flags.DEFINE_boolean("diagnostics", d.diagnostics, "Write spectral and feature diagnostics "
                          "at every evaluation.")
+    flags.DEFINE_list("dormant_taus", [f"{t:g}" for t in d.dormant_taus], "Dormant-unit "
+                      "thresholds tau the diagnostics report (a unit is dormant when its mean "
+                      "|activation| over the layer's mean is <= tau; 0 counts dead units).")
+    flags.DEFINE_float("srank_threshold", d.srank_threshold, "srank of a feature matrix: the "
+                       "smallest k whose top-k singular values reach this share of their sum.")
     flags.DEFINE_string("logdir", d.logdir, "Root of the results tree: "
                         "<logdir>/<agent>/<env>/<run_name>/.")
     flags.DEFINE_string("run_name", d.run_name, "Run directory name; default "
@@ -199,6 +212,14 @@ def _int_list(name: str, values: Sequence[str]) -> tuple[int, ...]:
                           f"{','.join(values)!r}") from None
 
 
+def _float_list(name: str, values: Sequence[str]) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in values)
+    except ValueError:
+        raise ConfigError(f"--{name} must be a comma-separated list of numbers, got "
+                          f"{','.join(values)!r}") from None
+
+
 def config_from_flags(agent: str) -> TrainConfig:
     """Read the shared flags into a TrainConfig (validated)."""
     f = flags.FLAGS
@@ -206,6 +227,7 @@ def config_from_flags(agent: str) -> TrainConfig:
     values = {name: f[name].value for name in fields}
     values["intervention_steps"] = _int_list("intervention_steps", values["intervention_steps"])
     values["clip_parts"] = tuple(values["clip_parts"])
+    values["dormant_taus"] = _float_list("dormant_taus", values["dormant_taus"])
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)
     if f["clip_ns_steps"].present and cfg.clip_method != "newton_schulz":

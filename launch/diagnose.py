@@ -7,22 +7,24 @@ import numpy as np
 
 from agents import Agent
 from interventions import feature_metrics, weight_metrics
+from interventions.diagnostics import DORMANT_TAUS, SRANK_THRESHOLD
 
 
-def make_diagnostics(agent: Agent) -> Callable:
+def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
+                     srank_threshold: float = SRANK_THRESHOLD) -> Callable:
     """`(states, batch) -> {network: {layer: {metric: (seeds, ...)}}}` for a seed-batched state.
 
-    Weight-matrix spectra of every network in `agent.weights`, plus srank and dormant ratios
-    of every hidden layer's features on `batch` (leaves `(seeds, batch, ...)`).
+    Weight-matrix spectra of every network in `agent.weights`, plus srank (at
+    `srank_threshold`) and dormant ratios (one per tau in `taus`) of every hidden layer's
+    features on `batch` (leaves `(seeds, batch, ...)`).
     """
 
     def diagnose(states, batch):
         out = {f"{net}": weight_metrics(params) for net, params in agent.weights(states).items()}
         feats = jax.vmap(agent.features)(states, batch)
         for net, layers in feats.items():
-            out.setdefault(net, {}).update(
-                {f"{layer}/features": m for layer, m in feature_metrics(layers).items()}
-            )
+            metrics = feature_metrics(layers, taus, srank_threshold)
+            out.setdefault(net, {}).update({f"{layer}/features": m for layer, m in metrics.items()})
         return out
 
     return diagnose

@@ -100,7 +100,7 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
 # versions, and how its logdir is spelled (the run directory itself is the one resumed).
 IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir")
 # Settings added after runs were recorded without them, with the value those runs had.
-ADDED_SETTINGS = {"clip_ns_steps": 20}
+ADDED_SETTINGS = {"clip_ns_steps": 20, "dormant_taus": [0.0, 0.025], "srank_threshold": 0.99}
 
 
 def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
@@ -161,7 +161,8 @@ class Trainer:
         self.intervention: Intervention = build_intervention(
             agent, cfg, self.init_fn, self.init_keys
         )
-        self.diagnose = jax.jit(diag.make_diagnostics(agent)) if cfg.diagnostics else None
+        self.diagnose = jax.jit(diag.make_diagnostics(
+            agent, cfg.dormant_taus, cfg.srank_threshold)) if cfg.diagnostics else None
         self.record = config_record(cfg, agent.config)
         self.checkpointer = Checkpointer(os.path.join(cfg.run_dir, "checkpoints"))
         self.last_checkpoint = 0

@@ -37,6 +37,11 @@ CASES = {
                           "--clip_ns_steps=0"], "--clip_ns_steps must be positive, got 0"),
     "ns steps with the svd clip": (["--intervention=clip", "--clip_ns_steps=8"],
                                    "--clip_ns_steps=8 needs --clip_method=newton_schulz"),
+    "negative dormant tau": (["--dormant_taus=0,-0.1"], "--dormant_taus must be finite "
+                             "thresholds >= 0, got [0.0, -0.1]"),
+    "dormant taus not numbers": (["--dormant_taus=0,low"], "--dormant_taus must be a "
+                                 "comma-separated list of numbers, got '0,low'"),
+    "srank threshold above 1": (["--srank_threshold=1.5"], "--srank_threshold must be in (0, 1]"),
     "clip parts without clip": (["--intervention=reset", "--clip_parts=actor.params"],
                                 "--clip_parts=actor.params contradicts --intervention=reset"),
     "unknown clip part": (["--intervention=clip", "--clip_parts=actor.nope"],

@@ -325,7 +325,8 @@ def runs(tmp_path_factory):
                           "--xla_llvm_disable_expensive_passes=true"}
     out = {}
     for intervention in ("reset", "clip", "none"):
-        schedule = [] if intervention == "none" else [f"--intervention_steps={STEPS[0]},{STEPS[1]}"]
+        schedule = ([f"--intervention_steps={STEPS[0]},{STEPS[1]}"] if intervention != "none"
+                    else ["--dormant_taus=0,0.5", "--srank_threshold=0.5"])
         proc = run("run_bro.py", *TINY, *schedule, f"--intervention={intervention}",
                    f"--logdir={logdir}", env=cache)
         run_dir = logdir / "bro" / "cartpole-balance" / f"{intervention}-utd2-seed0"
@@ -354,6 +355,10 @@ def test_run_bro_writes_the_run(runs, intervention):
     assert {r["network"] for r in diagnostics} == {
         "actor", "optimistic_actor", "critic", "target_critic"}
     assert "net/BroNet_0/block_0/relu/features[1]" in {r["layer"] for r in diagnostics}
+    taus = (0, 0.5) if intervention == "none" else (0, 0.025)  # none: --dormant_taus=0,0.5
+    assert {r["metric"] for r in diagnostics if r["metric"].startswith("dormant")} == {
+        f"dormant_tau{tau:g}" for tau in taus}
+    assert config["srank_threshold"] == (0.5 if intervention == "none" else 0.99)
 
 
 @pytest.mark.parametrize("intervention", ["reset", "clip"])

@@ -1,10 +1,15 @@
 """Spectral diagnostics against direct numpy computations and hand-built cases."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from agents import make_agent
+from agents.common import Batch
+from agents.sac import SACConfig
 from interventions import (
     clip_event_report,
     dormant_ratio,
@@ -13,6 +18,9 @@ from interventions import (
     srank,
     weight_metrics,
 )
+from interventions.diagnostics import DORMANT_TAUS, SRANK_THRESHOLD
+from launch.config import TrainConfig
+from launch.diagnose import make_diagnostics
 
 RTOL = 1e-4
 
@@ -150,3 +158,22 @@ def test_clip_event_report(c):
     assert all(float(jnp.max(m["fro_change"])) == 0.0 for m in unchanged.values())
     with pytest.raises(ValueError, match="different layers"):
         clip_event_report(tree, {"actor": after["actor"]})
+
+
+def test_make_diagnostics_uses_the_given_taus_and_srank_threshold():
+    agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
+    states = jax.vmap(lambda k: agent.init(k, 4, 2))(jnp.stack([jax.random.key(s)
+                                                                for s in (0, 1)]))
+    rng = np.random.default_rng(0)
+    batch = Batch(*(np.asarray(rng.normal(size=shape), np.float32) for shape in [
+        (2, 32, 4), (2, 32, 2), (2, 32), (2, 32, 4), (2, 32)]))
+    loose, tight = (jax.jit(make_diagnostics(agent, (0.0, 0.5), t))(states, batch)
+                    for t in (0.5, 0.99))
+    layers = {k: v for k, v in loose["actor"].items() if k.endswith("/features")}
+    assert layers and all(set(m) == {"srank", "dormant_tau0", "dormant_tau0.5"}
+                          for m in layers.values())
+    loose_ranks = np.concatenate([np.ravel(m["srank"]) for m in layers.values()])
+    tight_ranks = np.concatenate([np.ravel(tight["actor"][k]["srank"]) for k in layers])
+    assert np.all(loose_ranks <= tight_ranks) and np.any(loose_ranks < tight_ranks)
+    assert TrainConfig().dormant_taus == DORMANT_TAUS
+    assert TrainConfig().srank_threshold == SRANK_THRESHOLD
