@@ -45,6 +45,7 @@ class BROConfig:
     optimistic_depth: int = 1
     std_multiplier: float = 0.75  # std_o = std_multiplier * std_c
     shift_init_scale: float = 0.01
+    init_scale: float = math.sqrt(2.0)  # orthogonal init of every other kernel but the log-std head
     actor_lr: float = 3e-4
     optimistic_lr: float = 3e-4
     critic_lr: float = 3e-4
@@ -68,7 +69,8 @@ class BROConfig:
     batch_size: int = 128
 
     def __post_init__(self):
-        for name in ("critic_width", "actor_width", "optimistic_width", "num_quantiles"):
+        for name in ("critic_width", "actor_width", "optimistic_width", "num_quantiles",
+                     "init_scale"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("critic_depth", "actor_depth", "optimistic_depth"):
@@ -115,17 +117,18 @@ class BROState:
 
 def networks(config: BROConfig, act_dim: int) -> tuple[nn.Module, nn.Module, nn.Module]:
     """The conservative actor, the optimistic actor and the two-critic ensemble of this config."""
-    actor = BroActor(
-        act_dim, config.actor_width, config.actor_depth, config.log_std_min, config.log_std_max
-    )
+    actor = BroActor(act_dim, config.actor_width, config.actor_depth, config.log_std_min,
+                     config.log_std_max, config.init_scale)
     optimistic = OptimisticActor(
         config.optimistic_width,
         config.optimistic_depth,
         config.std_multiplier,
         config.shift_init_scale,
+        config.init_scale,
     )
     critic = Ensemble(
-        QuantileCritic(config.critic_width, config.critic_depth, config.num_quantiles),
+        QuantileCritic(config.critic_width, config.critic_depth, config.num_quantiles,
+                       config.init_scale),
         NUM_CRITICS,
     )
     return actor, optimistic, critic

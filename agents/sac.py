@@ -7,6 +7,7 @@ trainer vmaps it over the seed axis.
 
 import dataclasses
 import functools
+import math
 
 import flax
 import flax.linen as nn
@@ -25,6 +26,7 @@ class SACConfig:
 
     hidden_dims: tuple[int, ...] = (256, 256)
     layer_norm: bool = True
+    init_scale: float = math.sqrt(2.0)  # orthogonal init scale of every kernel
     num_critics: int = 2
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
@@ -43,7 +45,7 @@ class SACConfig:
         if not self.hidden_dims or any(w <= 0 for w in self.hidden_dims):
             raise ValueError(f"hidden_dims must be positive widths, got {self.hidden_dims}")
         for name in ("num_critics", "batch_size", "actor_lr", "critic_lr", "temp_lr",
-                     "init_temperature"):
+                     "init_temperature", "init_scale"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.discount <= 1.0:
@@ -68,11 +70,10 @@ class SACState:
 
 def networks(config: SACConfig, act_dim: int) -> tuple[nn.Module, nn.Module]:
     """The actor and the critic ensemble of this config."""
-    actor = TanhGaussianPolicy(
-        config.hidden_dims, act_dim, config.log_std_min, config.log_std_max, config.layer_norm
-    )
-    critic = Ensemble(Critic(config.hidden_dims, layer_norm=config.layer_norm), config.num_critics,
-                      tile_inputs=True)
+    actor = TanhGaussianPolicy(config.hidden_dims, act_dim, config.log_std_min,
+                               config.log_std_max, config.layer_norm, config.init_scale)
+    critic = Ensemble(Critic(config.hidden_dims, layer_norm=config.layer_norm,
+                             init_scale=config.init_scale), config.num_critics, tile_inputs=True)
     return actor, critic
 
 

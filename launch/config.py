@@ -54,6 +54,7 @@ class TrainConfig:
     buffer_capacity: int = 1_000_000
     eval_every: int = 10_000
     eval_episodes: int = 10
+    eval_seed_offset: int = 42  # eval env of seed s: seed s + offset
     log_every: int = 1_000
     diagnostics: bool = True
     dormant_taus: tuple[float, ...] = (0.0, 0.025)  # interventions.diagnostics.DORMANT_TAUS
@@ -103,6 +104,8 @@ def validate(cfg: TrainConfig) -> None:
         _positive(name, getattr(cfg, name))
     if cfg.seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {cfg.seed}")
+    if cfg.eval_seed_offset < 0:
+        raise ConfigError(f"--eval_seed_offset must be >= 0, got {cfg.eval_seed_offset}")
     if cfg.start_steps < 0:
         raise ConfigError(f"--start_steps must be >= 0, got {cfg.start_steps}")
     if cfg.start_steps >= cfg.max_steps:
@@ -162,6 +165,8 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_integer("eval_every", d.eval_every,
                          "Evaluate (and log diagnostics) every N env steps.")
     flags.DEFINE_integer("eval_episodes", d.eval_episodes, "Deterministic episodes per evaluation.")
+    flags.DEFINE_integer("eval_seed_offset", d.eval_seed_offset, "The evaluation env of seed s "
+                         "is seeded s + this offset.")
     flags.DEFINE_integer("log_every", d.log_every, "Write mean training metrics every N env steps.")
     flags.DEFINE_boolean("diagnostics", d.diagnostics, "Write spectral and feature diagnostics "
                          "at every evaluation.")

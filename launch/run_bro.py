@@ -34,6 +34,8 @@ _HELP = {
     "optimistic_depth": "Residual blocks of the optimistic actor.",
     "std_multiplier": "Optimistic std = std_multiplier * conservative std.",
     "shift_init_scale": "Orthogonal init scale of the optimistic actor's shift head.",
+    "init_scale": "Orthogonal init scale of every other kernel but the actor's log-std head "
+                  "(scale 1, as in BRO's reference).",
     "actor_lr": "AdamW learning rate of the conservative actor.",
     "optimistic_lr": "AdamW learning rate of the optimistic actor.",
     "critic_lr": "AdamW learning rate of the critics.",

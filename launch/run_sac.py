@@ -23,6 +23,7 @@ flags.adopt_module_key_flags(config)  # the shared flags show in --help
 flags.DEFINE_integer("hidden_dim", _DEFAULT.hidden_dims[0], "Width of each hidden layer.")
 flags.DEFINE_integer("num_layers", len(_DEFAULT.hidden_dims), "Hidden layers of actor and critic.")
 flags.DEFINE_boolean("layer_norm", _DEFAULT.layer_norm, "LayerNorm after each hidden Dense.")
+flags.DEFINE_float("init_scale", _DEFAULT.init_scale, "Orthogonal init scale of every kernel.")
 flags.DEFINE_integer("num_critics", _DEFAULT.num_critics, "Critics in the ensemble (min target).")
 flags.DEFINE_float("actor_lr", _DEFAULT.actor_lr, "Adam learning rate of the actor.")
 flags.DEFINE_float("critic_lr", _DEFAULT.critic_lr, "Adam learning rate of the critics.")
@@ -50,6 +51,7 @@ def _config(f) -> sac.SACConfig:
         _DEFAULT,
         hidden_dims=(f.hidden_dim,) * f.num_layers,
         layer_norm=f.layer_norm,
+        init_scale=f.init_scale,
         num_critics=f.num_critics,
         actor_lr=f.actor_lr,
         critic_lr=f.critic_lr,

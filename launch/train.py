@@ -7,8 +7,10 @@ picks the next actions, so each env step does one host->device transfer (the min
 observations) and one device->host transfer (the actions).
 """
 
+import copy
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -99,8 +101,25 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
 # Settings that may differ when a run resumes: how it resumes and shows progress, the library
 # versions, and how its logdir is spelled (the run directory itself is the one resumed).
 IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir")
-# Settings added after runs were recorded without them, with the value those runs had.
-ADDED_SETTINGS = {"clip_ns_steps": 20, "dormant_taus": [0.0, 0.025], "srank_threshold": 0.99}
+# Settings added after runs were recorded without them, with the value those runs had
+# ("a.b" is key b of the record's object a).
+ADDED_SETTINGS = {"clip_ns_steps": 20, "dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
+                  "eval_seed_offset": 42, "agent_config.init_scale": math.sqrt(2.0)}
+
+
+def with_added_settings(record: dict) -> dict:
+    """A config.json record with each of ADDED_SETTINGS it lacks at the value it ran with."""
+    record = copy.deepcopy(record)
+    for key, value in ADDED_SETTINGS.items():
+        *parents, name = key.split(".")
+        node = record
+        for parent in parents:
+            node = node.get(parent)
+            if not isinstance(node, dict):
+                break
+        else:
+            node.setdefault(name, value)
+    return record
 
 
 def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
@@ -121,7 +140,7 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
     steps, corrupt = checkpoint_dirs(cfg.run_dir)
     has_checkpoint = bool(steps)
     if existing is not None:
-        existing = {**ADDED_SETTINGS, **existing}
+        existing = with_added_settings(existing)
         differ = sorted(k for k in set(existing) | set(record) if k not in IGNORED_ON_RESUME
                         and existing.get(k) != json.loads(json.dumps(record.get(k))))
         if differ:
@@ -150,7 +169,8 @@ class Trainer:
         self.agent, self.cfg = agent, cfg
         seeds = cfg.seeds
         self.env = make_vector_env(cfg.env, seeds, cfg.action_repeat)
-        self.eval_env = make_vector_env(cfg.env, [s + 42 for s in seeds], cfg.action_repeat)
+        self.eval_env = make_vector_env(cfg.env, [s + cfg.eval_seed_offset for s in seeds],
+                                        cfg.action_repeat)
         self.obs_dim, self.act_dim = self.env.obs_dim, self.env.act_dim
         self.buffer = ReplayBuffer(len(seeds), cfg.buffer_capacity, self.obs_dim, self.act_dim,
                                    seed=cfg.seed)

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from networks.common import default_init
+from networks.common import RELU_GAIN, default_init
 from networks.layers import Dense, DenseParams, LayerNorm, dense_heads
 from networks.policies import squash_log_std
 
@@ -18,13 +18,14 @@ class BroBlock(nn.Module):
     """`x + LN(Dense(ReLU(LN(Dense(x)))))`, no activation after the sum: `(..., w) -> (..., w)`."""
 
     width: int
+    init_scale: float = RELU_GAIN
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = Dense(self.width, kernel_init=default_init(), name="Dense_0")(x)
+        h = Dense(self.width, kernel_init=default_init(self.init_scale), name="Dense_0")(x)
         h = nn.relu(LayerNorm(name="LayerNorm_0")(h))
         self.sow("intermediates", "relu", h)
-        h = Dense(self.width, kernel_init=default_init(), name="Dense_1")(h)
+        h = Dense(self.width, kernel_init=default_init(self.init_scale), name="Dense_1")(h)
         out = x + LayerNorm(name="LayerNorm_1")(h)
         self.sow("intermediates", "out", out)
         return out
@@ -35,6 +36,7 @@ class BroNet(nn.Module):
 
     width: int
     depth: int
+    init_scale: float = RELU_GAIN  # orthogonal init scale of every kernel
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -42,11 +44,11 @@ class BroNet(nn.Module):
             raise ValueError(
                 f"BroNet needs width > 0 and depth >= 0, got width={self.width}, depth={self.depth}"
             )
-        x = Dense(self.width, kernel_init=default_init(), name="Dense_0")(x)
+        x = Dense(self.width, kernel_init=default_init(self.init_scale), name="Dense_0")(x)
         x = nn.relu(LayerNorm(name="LayerNorm_0")(x))
         self.sow("intermediates", "hidden_0", x)
         for i in range(self.depth):
-            x = BroBlock(self.width, name=f"block_{i}")(x)
+            x = BroBlock(self.width, self.init_scale, name=f"block_{i}")(x)
         return x
 
 
@@ -56,18 +58,21 @@ class QuantileCritic(nn.Module):
     width: int = 512
     depth: int = 2
     num_quantiles: int = 100
+    init_scale: float = RELU_GAIN  # orthogonal init scale of every kernel
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        x = BroNet(self.width, self.depth)(jnp.concatenate([obs, action], axis=-1))
-        return Dense(self.num_quantiles, kernel_init=default_init(), name="quantiles")(x)
+        x = BroNet(self.width, self.depth, self.init_scale)(jnp.concatenate([obs, action], -1))
+        return Dense(self.num_quantiles, kernel_init=default_init(self.init_scale),
+                     name="quantiles")(x)
 
 
 class BroActor(nn.Module):
     """`obs (..., obs_dim) -> (mean, log_std)`, each `(..., act_dim)`, pre-tanh.
 
-    As in the BRO reference, the mean head is initialised orthogonal with scale sqrt(2) and the
-    log-std head with scale 1; the log-std is squashed with tanh into [log_std_min, log_std_max].
+    As in the BRO reference, the mean head is initialised orthogonal with scale `init_scale`
+    (sqrt(2), as the BroNet) and the log-std head with scale 1; the log-std is squashed with
+    tanh into [log_std_min, log_std_max].
     """
 
     act_dim: int
@@ -75,11 +80,13 @@ class BroActor(nn.Module):
     depth: int = 1
     log_std_min: float = -10.0
     log_std_max: float = 2.0
+    init_scale: float = RELU_GAIN
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = BroNet(self.width, self.depth)(obs)
-        mean, raw = dense_heads(x, [DenseParams(self.act_dim, default_init(), name="mean"),
+        x = BroNet(self.width, self.depth, self.init_scale)(obs)
+        mean_init = default_init(self.init_scale)
+        mean, raw = dense_heads(x, [DenseParams(self.act_dim, mean_init, name="mean"),
                                     DenseParams(self.act_dim, default_init(1.0), name="log_std")])
         return mean, squash_log_std(raw, self.log_std_min, self.log_std_max)
 
@@ -96,12 +103,13 @@ class OptimisticActor(nn.Module):
     depth: int = 1
     std_multiplier: float = 0.75
     shift_init_scale: float = 0.01
+    init_scale: float = RELU_GAIN  # of the BroNet's kernels
 
     @nn.compact
     def __call__(
         self, obs: jax.Array, mean_c: jax.Array, log_std_c: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
-        x = BroNet(self.width, self.depth)(jnp.concatenate([obs, mean_c], axis=-1))
+        x = BroNet(self.width, self.depth, self.init_scale)(jnp.concatenate([obs, mean_c], -1))
         shift = Dense(
             mean_c.shape[-1],
             use_bias=False,

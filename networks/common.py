@@ -45,7 +45,10 @@ def orthogonal(scale: float = 1.0) -> nn.initializers.Initializer:
     return init
 
 
-def default_init(scale: float = math.sqrt(2.0)) -> nn.initializers.Initializer:
+RELU_GAIN = math.sqrt(2.0)  # SPEC.md's orthogonal init scale
+
+
+def default_init(scale: float = RELU_GAIN) -> nn.initializers.Initializer:
     """Orthogonal kernel initialisation (scale sqrt(2) unless told otherwise)."""
     return orthogonal(scale)
 
@@ -59,11 +62,12 @@ class MLP(nn.Module):
 
     hidden_dims: Sequence[int]
     layer_norm: bool = True
+    init_scale: float = RELU_GAIN
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         for i, width in enumerate(self.hidden_dims):
-            x = Dense(width, kernel_init=default_init(), name=f"Dense_{i}")(x)
+            x = Dense(width, kernel_init=default_init(self.init_scale), name=f"Dense_{i}")(x)
             if self.layer_norm:
                 x = LayerNorm(name=f"LayerNorm_{i}")(x)
             x = nn.relu(x)

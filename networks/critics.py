@@ -6,7 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from networks.common import MLP, default_init
+from networks.common import MLP, RELU_GAIN, default_init
 from networks.layers import Dense
 
 
@@ -16,12 +16,13 @@ class Critic(nn.Module):
     hidden_dims: Sequence[int]
     out_dim: int = 1
     layer_norm: bool = True
+    init_scale: float = RELU_GAIN  # orthogonal init scale of every kernel
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([obs, action], axis=-1)
-        x = MLP(self.hidden_dims, self.layer_norm)(x)
-        q = Dense(self.out_dim, kernel_init=default_init())(x)
+        x = MLP(self.hidden_dims, self.layer_norm, self.init_scale)(x)
+        q = Dense(self.out_dim, kernel_init=default_init(self.init_scale))(x)
         return q[..., 0] if self.out_dim == 1 else q
 
 

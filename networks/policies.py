@@ -6,7 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from networks.common import MLP, default_init
+from networks.common import MLP, RELU_GAIN, default_init
 from networks.layers import DenseParams, dense_heads
 
 
@@ -23,12 +23,14 @@ class TanhGaussianPolicy(nn.Module):
     log_std_min: float = -10.0
     log_std_max: float = 2.0
     layer_norm: bool = True
+    init_scale: float = RELU_GAIN  # orthogonal init scale of every kernel, heads included
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = MLP(self.hidden_dims, self.layer_norm)(obs)
-        mean, raw = dense_heads(x, [DenseParams(self.act_dim, default_init(), name="mean"),
-                                    DenseParams(self.act_dim, default_init(), name="log_std")])
+        x = MLP(self.hidden_dims, self.layer_norm, self.init_scale)(obs)
+        init = default_init(self.init_scale)
+        mean, raw = dense_heads(x, [DenseParams(self.act_dim, init, name="mean"),
+                                    DenseParams(self.act_dim, init, name="log_std")])
         return mean, squash_log_std(raw, self.log_std_min, self.log_std_max)
 
 

@@ -42,6 +42,8 @@ CASES = {
     "dormant taus not numbers": (["--dormant_taus=0,low"], "--dormant_taus must be a "
                                  "comma-separated list of numbers, got '0,low'"),
     "srank threshold above 1": (["--srank_threshold=1.5"], "--srank_threshold must be in (0, 1]"),
+    "negative eval seed offset": (["--eval_seed_offset=-1"], "--eval_seed_offset must be >= 0"),
+    "zero init scale": (["--init_scale=0"], "--init_scale must be positive, got 0.0"),
     "clip parts without clip": (["--intervention=reset", "--clip_parts=actor.params"],
                                 "--clip_parts=actor.params contradicts --intervention=reset"),
     "unknown clip part": (["--intervention=clip", "--clip_parts=actor.nope"],
@@ -90,17 +92,22 @@ def test_logdir_holding_a_run_with_another_config(tmp_path):
 
 
 def test_a_run_recorded_before_a_setting_existed_is_still_the_same_run(tmp_path):
-    """config.json of a run started before --clip_ns_steps existed lacks it; resuming that
-    run with the value it had (the default) is not 'different settings'."""
+    """config.json of a run started before a setting existed lacks it; resuming that run with
+    the value it had (the default) is not 'different settings'."""
     cfg = TrainConfig(agent="sac", env="cartpole-swingup", progress=False, logdir=str(tmp_path))
     record = config_record(cfg, SACConfig())
-    del record["clip_ns_steps"]
+    for key in ("clip_ns_steps", "dormant_taus", "srank_threshold", "eval_seed_offset"):
+        del record[key]
+    del record["agent_config"]["init_scale"]
     os.makedirs(cfg.run_dir)
     with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
         json.dump(record, f)
     assert resume_state(cfg, config_record(cfg, SACConfig())) == "fresh"
     changed = dataclasses.replace(cfg, clip_method="newton_schulz", clip_ns_steps=8)
     with pytest.raises(ConfigError, match="clip_ns_steps: 20 there, 8 now"):
+        resume_state(changed, config_record(changed, SACConfig()))
+    changed = dataclasses.replace(cfg, eval_seed_offset=7)
+    with pytest.raises(ConfigError, match="eval_seed_offset: 42 there, 7 now"):
         resume_state(changed, config_record(changed, SACConfig()))
 
 

@@ -401,3 +401,19 @@ def test_default_schedule_is_bros_reset_list():
                           capture_output=True, text=True, timeout=120, check=True)
     assert proc.stdout.split("\n")[:-1] == [
         "[15001, 50001, 250001]", "[15001]", "[15001, 50001, 250001]", "[]", "[]", "[7, 9]"]
+
+
+def test_init_scale_sets_every_kernel_but_the_log_std_and_shift_heads():
+    state = bro.init(jax.random.key(0), OBS, ACT, dataclasses.replace(SMALL, init_scale=0.5))
+    params = {"actor": state.actor.params, "optimistic_actor": state.optimistic_actor.params,
+              "critic": state.critic.params}
+    scales = {}
+    for path, kernel in jax.tree_util.tree_leaves_with_path(params):
+        name = jax.tree_util.keystr(path)
+        if "kernel" in name:
+            s = np.linalg.svd(np.asarray(kernel), compute_uv=False)
+            np.testing.assert_allclose(s, s.flat[0], rtol=1e-5, err_msg=name)
+            scales[name] = round(float(s.flat[0]), 5)
+    special = {k: v for k, v in scales.items() if "log_std" in k or "shift" in k}
+    assert sorted(special.values()) == [0.01, 1.0], special  # the reference's, not init_scale
+    assert len(scales) > len(special) and {scales[k] for k in scales if k not in special} == {0.5}

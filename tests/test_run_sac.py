@@ -6,6 +6,11 @@ import os
 import numpy as np
 import pytest
 
+from agents import make_agent
+from agents.sac import SACConfig
+from envs import make_vector_env
+from launch import train
+from launch.config import TrainConfig
 from tests.runs import FAST_SAC, REPO, read_csv, run
 
 EXPECTED_FILES = {"config.json", "eval.csv", "train.csv", "diagnostics.csv", "interventions.csv",
@@ -159,3 +164,23 @@ def test_a_run_stopped_after_its_last_checkpoint_finishes_on_rerun(tmp_path):
     assert "resumed from the checkpoint at env step 400" in proc.stderr
     assert json.loads((run_dir / "done.json").read_text())["env_step"] == 400
     assert (run_dir / "eval.csv").read_text() == before
+
+
+def test_the_eval_envs_are_seeded_by_the_eval_seed_offset(monkeypatch):
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def record(name, seeds, action_repeat=1):
+        seen.append(list(seeds))
+        if len(seen) == 2:
+            raise Stop  # the train and eval envs are made; nothing else is needed
+        return make_vector_env(name, seeds, action_repeat)
+
+    monkeypatch.setattr(train, "make_vector_env", record)
+    agent = make_agent("sac", SACConfig())
+    with pytest.raises(Stop):
+        train.Trainer(agent, TrainConfig(env="cartpole-swingup", seed=3, num_seeds=2,
+                                         eval_seed_offset=100))
+    assert seen == [[3, 4], [103, 104]]

@@ -134,3 +134,12 @@ def test_orthogonal_init_under_vmap():
     tall = states.actor.params["MLP_0"]["Dense_0"]["kernel"]  # (seeds, 5, 32): orthonormal rows
     rows = jnp.einsum("...ij,...kj->...ik", tall, tall)
     np.testing.assert_allclose(rows, 2.0 * jnp.broadcast_to(jnp.eye(OBS), rows.shape), atol=1e-4)
+
+
+def test_init_scale_sets_every_kernels_singular_values():
+    state = sac.init(jax.random.key(0), OBS, ACT, dataclasses.replace(SMALL, init_scale=0.5))
+    kernels = [x for path, x in jax.tree_util.tree_leaves_with_path(
+        (state.actor.params, state.critic.params)) if "kernel" in jax.tree_util.keystr(path)]
+    assert len(kernels) == 3 + 4  # the critics' 3 layers (stacked), actor 2 layers + 2 heads
+    for kernel in kernels:
+        np.testing.assert_allclose(np.linalg.svd(kernel, compute_uv=False), 0.5, rtol=1e-5)
