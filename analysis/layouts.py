@@ -36,6 +36,7 @@ class Run:
     returns: np.ndarray
     source: str
     config: dict = dataclasses.field(default_factory=dict, compare=False)
+    stopped: str = ""  # why training stopped early (this project's diverged.json), if known
 
 
 def canonical_task(name: str) -> str:
@@ -175,14 +176,32 @@ def read_project_run_dir(run_dir: Path) -> list[Run]:
     if isinstance(expected, int) and len(rows) < expected:
         warnings.warn(f"{run_dir}: eval.csv has {len(rows)} of num_seeds={expected} seeds",
                       AggregationWarning, stacklevel=2)
+    diverged = _read_diverged(run_dir)
     runs = []
     for seed in sorted(rows, key=lambda s: (len(s), s)):
         steps, returns = zip(*rows[seed], strict=True)
         run = _make_run(config["env"], f"{run_dir.name}/seed{seed}", steps, returns,
                         f"{run_dir / 'eval.csv'} seed {seed}", config)
+        if run is not None and diverged is not None:
+            step, bad = diverged.get("env_step"), diverged.get("seed")
+            why = (f"diverged at env step {step}: {diverged.get('what')}" if str(bad) == seed
+                   else f"stopped at env step {step} when seed {bad} of its process diverged")
+            run = dataclasses.replace(run, stopped=why)
         if run is not None:
             runs.append(run)
     return runs
+
+
+def _read_diverged(run_dir: Path) -> dict | None:
+    """The run's diverged.json (written when training stopped on a NaN or inf), or None."""
+    path = run_dir / "diverged.json"
+    if not path.is_file():
+        return None
+    with reading(path):
+        record = json.loads(path.read_text())
+    if not isinstance(record, dict):
+        raise AggregationError(f"{path}: expected a JSON object with env_step and seed")
+    return record
 
 
 def find_project_run_dirs(root: Path) -> list[Path]:

@@ -92,7 +92,8 @@ def final_scores(runs: Sequence[Run], tasks: Sequence[str], step: int, window: i
         for run in (r for r in runs if r.task == task):
             result = score_at_step(run, step, window)
             if isinstance(result, str):
-                dropped.append(f"{task}/{run.run_id} ({result})")
+                why = f"{result}; {run.stopped}" if run.stopped else result
+                dropped.append(f"{task}/{run.run_id} ({why})")
                 continue
             scores.append(result[0])
             names.append(run.run_id)
@@ -169,7 +170,8 @@ def curve_scores(runs: Sequence[Run], tasks: Sequence[str], max_points: int = 0,
         return None
     longest = max(int(r.steps[-1]) for r in chosen)
     if shared[-1] < longest:
-        ends = sorted({f"{r.task}/{r.run_id} ({int(r.steps[-1])})" for r in chosen
+        ends = sorted({f"{r.task}/{r.run_id} ({int(r.steps[-1])}"
+                       + (f"; {r.stopped})" if r.stopped else ")") for r in chosen
                        if r.steps[-1] < longest})
         _warn_runs(label, f"end before step {longest}; its curve stops at {int(shared[-1])}",
                    ends)

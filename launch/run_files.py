@@ -1,4 +1,4 @@
-"""What a run writes: config.json, CSV logs, per-seed `<seed>.txt`, done.json.
+"""What a run writes: config.json, CSV logs, per-seed `<seed>.txt`, done.json or diverged.json.
 
 Files are opened in append mode and flushed after each write, so a run that stops leaves
 every row it logged on disk; `offsets()` / `truncate_to()` let a resumed run cut the files
@@ -19,6 +19,7 @@ CSV_HEADERS = {
     "diagnostics.csv": ("env_step", "seed", "network", "layer", "metric", "value"),
     "interventions.csv": ("env_step", "seed", "kind", "network", "layer", "metric", "value"),
 }
+DIVERGED = "diverged.json"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "dm_control", "orbax-checkpoint", "numpy")
 
 
@@ -72,9 +73,10 @@ class RunFiles:
                 csv.writer(handle, lineterminator="\n").writerow(CSV_HEADERS[name])
                 handle.flush()
             self._files[name] = handle
-        done = os.path.join(run_dir, "done.json")
-        if os.path.exists(done):
-            os.remove(done)
+        for name in ("done.json", DIVERGED):  # about the run as it was; it goes on now
+            path = os.path.join(run_dir, name)
+            if os.path.exists(path):
+                os.remove(path)
 
     def write_config(self, record: dict) -> None:
         with open(os.path.join(self.run_dir, "config.json"), "w") as f:
@@ -106,6 +108,11 @@ class RunFiles:
 
     def write_done(self, record: dict) -> None:
         with open(os.path.join(self.run_dir, "done.json"), "w") as f:
+            json.dump(record, f, indent=2)
+
+    def write_diverged(self, record: dict) -> None:
+        """diverged.json: where and for which seed training stopped on a NaN or inf."""
+        with open(os.path.join(self.run_dir, DIVERGED), "w") as f:
             json.dump(record, f, indent=2)
 
     def offsets(self) -> dict[str, int]:

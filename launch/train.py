@@ -48,7 +48,11 @@ class Loop:
 
 
 class Diverged(RuntimeError):
-    """NaN or inf in a loss or in the parameters."""
+    """NaN or inf in a loss, the parameters or the actions of `seed` at `env_step`."""
+
+    def __init__(self, what: str, env_step: int, seed: int):
+        super().__init__(f"{what} at env step {env_step} for seed {seed}")
+        self.what, self.env_step, self.seed = what, env_step, seed
 
 
 def to_batch(sample: dict[str, np.ndarray]) -> Batch:
@@ -262,19 +266,17 @@ class Trainer:
         for name, values in sorted(self.metric_means(loop).items()):
             bad = np.flatnonzero(~np.isfinite(values))
             if bad.size:
-                raise Diverged(f"{name} is {values[bad[0]]} at env step {loop.env_step} for "
-                               f"seed {self.cfg.seeds[bad[0]]}")
+                raise Diverged(f"{name} is {values[bad[0]]}", loop.env_step,
+                               self.cfg.seeds[bad[0]])
         finite = jax.device_get(self.check_finite(self.agent.weights(loop.states)))
         for path, ok in jax.tree_util.tree_flatten_with_path(finite)[0]:
             if not ok.all():
                 seed = self.cfg.seeds[int(np.flatnonzero(~ok)[0])]
                 name = jax.tree_util.keystr(path, simple=True, separator="/")
-                raise Diverged(f"parameter {name} has NaN or inf at env step {loop.env_step} "
-                               f"for seed {seed}")
+                raise Diverged(f"parameter {name} has NaN or inf", loop.env_step, seed)
         bad = np.flatnonzero(~np.isfinite(loop.actions).all(axis=1))
         if bad.size:
-            raise Diverged(f"actions are not finite at env step {loop.env_step} for seed "
-                           f"{self.cfg.seeds[bad[0]]}")
+            raise Diverged("actions are not finite", loop.env_step, self.cfg.seeds[bad[0]])
 
     def log_eval(self, loop: Loop) -> np.ndarray:
         self.check_divergence(loop)  # no evaluation row for an agent that has diverged
@@ -408,18 +410,24 @@ class Trainer:
         bar = tqdm(total=cfg.max_steps, initial=loop.env_step, unit="step", dynamic_ncols=True,
                    disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}", **every)
         last_return, started = float("nan"), time.time() - loop.wall_time
-        try:  # the bar's last redraw comes before any error message, not after it
-            while loop.env_step < cfg.max_steps:
-                returns = self.iteration(loop, started)
-                if returns is not None:
-                    last_return = float(np.mean(returns))
-                bar.update(1)
-                if loop.env_step % 100 == 0:
-                    bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
-        finally:
-            bar.close()
-        if self.last_checkpoint != loop.env_step:
-            self.save(loop)
+        try:
+            try:  # the bar's last redraw comes before any error message, not after it
+                while loop.env_step < cfg.max_steps:
+                    returns = self.iteration(loop, started)
+                    if returns is not None:
+                        last_return = float(np.mean(returns))
+                    bar.update(1)
+                    if loop.env_step % 100 == 0:
+                        bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
+            finally:
+                bar.close()
+            if self.last_checkpoint != loop.env_step:
+                self.save(loop)
+        except Diverged as e:  # recorded in the run directory, where aggregation looks
+            if self.files is not None:
+                self.files.write_diverged({"env_step": e.env_step, "seed": e.seed,
+                                           "what": e.what, "seeds_stopped": cfg.seeds})
+            raise
         self.files.write_done({"env_step": loop.env_step, "wall_time": loop.wall_time})
         self.checkpointer.keep_latest_only()  # the final agent stays; half the disk goes
         self.files.close()

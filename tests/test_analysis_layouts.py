@@ -9,6 +9,7 @@ from analysis.datasets import load_datasets
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.grouping import config_value, group_runs
 from analysis.layouts import canonical_task, detect_layout, load_runs
+from analysis.selection import final_scores
 
 
 def write_project_run(logdir, env, run_name, curves, **config):
@@ -169,3 +170,19 @@ def test_bad_paths_and_empty_dirs_are_errors(tmp_path):
 def test_task_aliases():
     assert canonical_task("finger-turn") == "finger-turn_hard"
     assert canonical_task("cheetah-run") == "cheetah-run"
+
+
+def test_a_diverged_run_is_dropped_with_the_reason_from_its_diverged_json(tmp_path):
+    run_dir = write_project_run(tmp_path, "cheetah-run", "a",
+                                {0: curve(0, (10_000,)), 1: curve(5, (10_000,))})
+    (run_dir / "diverged.json").write_text(json.dumps(
+        {"env_step": 14_000, "seed": 1, "what": "critic_loss is nan", "seeds_stopped": [0, 1]}))
+    write_project_run(tmp_path, "cheetah-run", "b", {2: curve(1)})
+    _, runs = load_runs(tmp_path / "sac")
+    with pytest.warns(AggregationWarning) as caught:
+        scores = final_scores(runs, ["cheetah-run"], 30_000)
+    assert scores.run_ids == (("b/seed2",),)
+    text = " ".join(str(w.message) for w in caught)
+    assert "a/seed1 (last evaluation at 10000, more than one eval interval before step 30000; " \
+           "diverged at env step 14000: critic_loss is nan)" in text
+    assert "stopped at env step 14000 when seed 1 of its process diverged" in text

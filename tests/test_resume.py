@@ -1,6 +1,7 @@
 """Checkpoints and resume: SIGKILL at a random moment or while saving, then the same command
 again, must write eval.csv returns identical bit for bit to an uninterrupted run."""
 
+import json
 import os
 import random
 import signal
@@ -155,6 +156,9 @@ def test_divergence_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path
     checkpoints = run_dir(tmp_path, "none") / "checkpoints"
     kept = [n for n in os.listdir(checkpoints) if n.isdigit()]
     assert sorted(kept) == ["125", "250"], "the checkpoints before the divergence are kept"
+    record = json.loads((run_dir(tmp_path, "none") / "diverged.json").read_text())
+    assert f"at env step {record['env_step']} for seed {record['seed']}" in message
+    assert record["what"] in message and record["seeds_stopped"] == [0, 1]
 
 
 def test_divergence_between_train_logs_is_caught_before_an_evaluation(tmp_path):
