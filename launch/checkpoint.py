@@ -13,11 +13,14 @@ buffer is made while saving, only its filled slots are written, and a truncated 
 file is detected on restore.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import zlib
 from typing import Any
 
@@ -105,6 +108,28 @@ class CheckpointCorrupt(CannotResume):
     """No checkpoint in the directory could be restored."""
 
 
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block has finished, then
+    raise KeyboardInterrupt as it would have (nothing if SIGINT was ignored): a checkpoint
+    being written is completed, not abandoned half-written among orbax's worker threads."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if not received or previous == signal.SIG_IGN:
+        return
+    if callable(previous):  # Python's default_int_handler raises KeyboardInterrupt
+        previous(signal.SIGINT, None)
+    else:  # SIG_DFL (or a handler Python did not install): deliver it again
+        os.kill(os.getpid(), signal.SIGINT)
+
+
 class Checkpointer:
     """Saves and restores `(device, host, meta)` triples by env step in `directory`."""
 
@@ -121,16 +146,18 @@ class Checkpointer:
         return sorted(self.manager.all_steps())
 
     def save(self, env_step: int, device, host: dict[str, np.ndarray], meta: dict) -> None:
-        self.manager.save(
-            env_step,
-            args=ocp.args.Composite(
-                device=ocp.args.StandardSave(keys_to_data(device)),
-                host=HostArraysSave(host),
-                meta=ocp.args.JsonSave(meta),
-            ),
-            force=True,
-        )
-        self.manager.wait_until_finished()
+        """Write the checkpoint of `env_step`; a Ctrl-C meanwhile stops the run after it."""
+        with interrupts_deferred():
+            self.manager.save(
+                env_step,
+                args=ocp.args.Composite(
+                    device=ocp.args.StandardSave(keys_to_data(device)),
+                    host=HostArraysSave(host),
+                    meta=ocp.args.JsonSave(meta),
+                ),
+                force=True,
+            )
+            self.manager.wait_until_finished()
 
     def _restore(self, step: int, device_template):
         out = self.manager.restore(

@@ -2,6 +2,8 @@
 
     python tests/killsave.py N launch/run_sac.py --flags...
 
+KILLSAVE_SIGNAL=SIGINT sends that signal instead (a Ctrl-C while saving).
+
 The kill lands after orbax has written the checkpoint's arrays into its temporary directory
 and before the step is committed (the JSON item is written last of the three).
 """
@@ -22,7 +24,7 @@ async def killing_save(self, *args, **kwargs):
     global calls
     calls += 1
     if calls == target:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), getattr(signal, os.environ.get("KILLSAVE_SIGNAL", "SIGKILL")))
     return await original(self, *args, **kwargs)
 
 

@@ -51,6 +51,19 @@ def kill_while_saving(args, nth: int):
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
 
 
+def test_ctrl_c_while_saving_completes_that_checkpoint_then_stops_with_one_line(tmp_path):
+    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "2",
+                           script("run_sac.py"), *args], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, "KILLSAVE_SIGNAL": "SIGINT"})
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: interrupted; the same "
+                                                           "command resumes")
+    checkpoints = run_dir(tmp_path, "none") / "checkpoints"
+    assert sorted(os.listdir(checkpoints)) == ["125", "250"], "the second one was completed"
+
+
 def wait_for_checkpoint(directory, proc, timeout=120):
     start = time.time()
     while time.time() - start < timeout:
