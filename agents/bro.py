@@ -21,7 +21,14 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-from agents.common import Batch, Temperature, polyak, sow_features, train_state
+from agents.common import (
+    Batch,
+    Temperature,
+    check_finite_numbers,
+    polyak,
+    sow_features,
+    train_state,
+)
 from networks import BroActor, Ensemble, OptimisticActor, QuantileCritic, tanh_gaussian_sample
 
 NUM_CRITICS = 2  # the optimism and pessimism terms use the spread |q1 - q2| / 2 of two critics
@@ -69,6 +76,7 @@ class BROConfig:
     batch_size: int = 128
 
     def __post_init__(self):
+        check_finite_numbers(self)
         for name in ("critic_width", "actor_width", "optimistic_width", "num_quantiles",
                      "init_scale"):
             if getattr(self, name) <= 0:

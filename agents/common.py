@@ -1,5 +1,7 @@
 """Pieces the agents share: the batch type, the temperature module, Polyak averaging."""
 
+import dataclasses
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -9,6 +11,15 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
+
+
+def check_finite_numbers(config) -> None:
+    """ValueError naming the first float field of a config dataclass that is NaN or infinite
+    (comparisons with NaN are all false, so range checks alone let it through)."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{field.name} must be a finite number, got {value}")
 
 
 class Batch(NamedTuple):

@@ -16,7 +16,14 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-from agents.common import Batch, Temperature, polyak, sow_features, train_state
+from agents.common import (
+    Batch,
+    Temperature,
+    check_finite_numbers,
+    polyak,
+    sow_features,
+    train_state,
+)
 from networks import Critic, Ensemble, TanhGaussianPolicy, tanh_gaussian_sample
 
 
@@ -42,6 +49,7 @@ class SACConfig:
     def __post_init__(self):
         """A setting that cannot train is a ValueError naming it (the run scripts turn it into
         one error line before anything is built)."""
+        check_finite_numbers(self)
         if not self.hidden_dims or any(w <= 0 for w in self.hidden_dims):
             raise ValueError(f"hidden_dims must be positive widths, got {self.hidden_dims}")
         for name in ("num_critics", "batch_size", "actor_lr", "critic_lr", "temp_lr",

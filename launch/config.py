@@ -106,6 +106,11 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"--seed must be >= 0, got {cfg.seed}")
     if cfg.eval_seed_offset < 0:
         raise ConfigError(f"--eval_seed_offset must be >= 0, got {cfg.eval_seed_offset}")
+    last = cfg.seed + cfg.num_seeds - 1 + cfg.eval_seed_offset
+    if last >= 2**32:
+        raise ConfigError(f"--seed={cfg.seed}, --num_seeds={cfg.num_seeds} and --eval_seed_offset="
+                          f"{cfg.eval_seed_offset} give env seeds up to {last}; dm_control takes "
+                          "seeds below 2**32")
     if cfg.start_steps < 0:
         raise ConfigError(f"--start_steps must be >= 0, got {cfg.start_steps}")
     if cfg.start_steps >= cfg.max_steps:
@@ -117,9 +122,10 @@ def validate(cfg: TrainConfig) -> None:
     _choice("clip_method", cfg.clip_method, CLIP_METHODS)
     _choice("clip_sides", cfg.clip_sides, CLIP_SIDES)
     _choice("resume", cfg.resume, RESUME_MODES)
-    if cfg.clip_c < 1:
+    if not 1 <= cfg.clip_c < math.inf:
         raise ConfigError(
-            f"--clip_c must be >= 1 (singular values go into [1/c, c]), got {cfg.clip_c}"
+            f"--clip_c must be a finite number >= 1 (singular values go into [1/c, c]), got "
+            f"{cfg.clip_c}"
         )
     steps = cfg.intervention_steps
     if any(s <= 0 for s in steps):
@@ -232,7 +238,8 @@ def config_from_flags(agent: str) -> TrainConfig:
     values = {name: f[name].value for name in fields}
     values["intervention_steps"] = _int_list("intervention_steps", values["intervention_steps"])
     values["clip_parts"] = tuple(values["clip_parts"])
-    values["dormant_taus"] = _float_list("dormant_taus", values["dormant_taus"])
+    values["dormant_taus"] = tuple(dict.fromkeys(_float_list("dormant_taus",
+                                                              values["dormant_taus"])))
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)
     if f["clip_ns_steps"].present and cfg.clip_method != "newton_schulz":

@@ -72,7 +72,7 @@ def agent_config() -> bro.BROConfig:
         config = bro.BROConfig(**{name: f[name].value for name in _HELP},
                                batch_size=f.batch_size)
     except ValueError as e:
-        raise runner.ConfigError(str(e)) from None
+        raise runner.ConfigError(f"--{e}") from None
     env = make_env(f.env, f.seed, f.action_repeat)
     counts = bro.param_counts(env.obs_dim, env.act_dim, config)
     print(f"parameters (obs {env.obs_dim}, act {env.act_dim}): "

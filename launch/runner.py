@@ -51,8 +51,8 @@ def main(
         check_env_name(cfg.env)
         agent = make_agent(agent_name, agent_config())
         check_clip_parts(agent, cfg)
+        state = resume_state(cfg, config_record(cfg, agent.config))  # refusals create nothing
         check_writable(cfg.run_dir)
-        state = resume_state(cfg, config_record(cfg, agent.config))
     except (ConfigError, UnknownEnvError) as e:
         _fail(str(e), 2)
     if state == "done":
@@ -69,8 +69,11 @@ def main(
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 1)
     except KeyboardInterrupt:
-        _fail(f"interrupted; the same command resumes {cfg.run_dir} from its last checkpoint "
-              f"(every {cfg.checkpoint_every:,} env steps, at an episode end)", 130)
+        if checkpoint_dirs(cfg.run_dir)[0]:
+            _fail(f"interrupted; the same command resumes {cfg.run_dir} from its last checkpoint "
+                  f"(every {cfg.checkpoint_every:,} env steps, at an episode end)", 130)
+        _fail(f"interrupted before the first checkpoint (every {cfg.checkpoint_every:,} env "
+              f"steps, at an episode end); the same command starts {cfg.run_dir} over", 130)
 
 
 def check_writable(run_dir: str) -> None:

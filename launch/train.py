@@ -126,6 +126,17 @@ def with_added_settings(record: dict) -> dict:
     return record
 
 
+def _flat(record: dict, prefix: str = "") -> dict:
+    """A config record's settings by dotted name: {"agent_config.hidden_dims": [...], ...}."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
     """The run's checkpoint directories by name: (env steps, those moved aside as corrupt)."""
     ckpt_dir = os.path.join(run_dir, "checkpoints")
@@ -144,11 +155,12 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
     steps, corrupt = checkpoint_dirs(cfg.run_dir)
     has_checkpoint = bool(steps)
     if existing is not None:
-        existing = with_added_settings(existing)
-        differ = sorted(k for k in set(existing) | set(record) if k not in IGNORED_ON_RESUME
-                        and existing.get(k) != json.loads(json.dumps(record.get(k))))
+        there = _flat(with_added_settings(existing))
+        now = _flat(json.loads(json.dumps(record)))
+        differ = sorted(k for k in set(there) | set(now)
+                        if k.split(".")[0] not in IGNORED_ON_RESUME and there.get(k) != now.get(k))
         if differ:
-            shown = ", ".join(f"{k}: {existing.get(k)!r} there, {record.get(k)!r} now"
+            shown = ", ".join(f"{k}: {there.get(k)!r} there, {now.get(k)!r} now"
                               for k in differ[:3])
             raise ConfigError(f"{cfg.run_dir} holds a run with different settings ({shown}); "
                               "use another --run_name or --logdir")

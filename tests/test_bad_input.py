@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 
 import pytest
 
@@ -15,7 +16,13 @@ from tests.runs import FAST_SAC, run
 CASES = {
     "unknown env": (["--env=humanoid-stnd"], "did you mean 'humanoid-stand'?"),
     "utd below 1": (["--utd=0"], "--utd must be positive"),
-    "c below 1": (["--clip_c=0.5", "--intervention=clip"], "--clip_c must be >= 1"),
+    "c below 1": (["--clip_c=0.5", "--intervention=clip"], "--clip_c must be a finite number >= 1"),
+    "c not a number": (["--clip_c=nan", "--intervention=clip"], "got nan"),
+    "c infinite": (["--clip_c=inf", "--intervention=clip"], "--clip_c must be a finite number"),
+    "nan learning rate": (["--critic_lr=nan"], "--critic_lr must be a finite number, got nan"),
+    "infinite init scale": (["--init_scale=inf"], "--init_scale must be a finite number"),
+    "seeds past 2**32": (["--seed=4294967290", "--num_seeds=2"], "give env seeds up to "
+                         "4294967333; dm_control takes seeds below 2**32"),
     "non-positive max_steps": (["--max_steps=0"], "--max_steps must be positive"),
     "non-positive eval interval": (["--eval_every=0"], "--eval_every must be positive"),
     "non-positive intervention interval": (["--intervention=reset", "--intervention_every=-5"],
@@ -109,17 +116,23 @@ def test_a_run_recorded_before_a_setting_existed_is_still_the_same_run(tmp_path)
     changed = dataclasses.replace(cfg, eval_seed_offset=7)
     with pytest.raises(ConfigError, match="eval_seed_offset: 42 there, 7 now"):
         resume_state(changed, config_record(changed, SACConfig()))
+    wider = dataclasses.replace(SACConfig(), hidden_dims=(64, 64))
+    with pytest.raises(ConfigError, match=re.escape(
+            "(agent_config.hidden_dims: [256, 256] there, [64, 64] now)")):
+        resume_state(cfg, config_record(cfg, wider))
 
 
 def test_resume_never_refuses_an_existing_run_and_must_needs_a_checkpoint(tmp_path):
     proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--resume=must", check=False,
                timeout=60)
     assert proc.returncode == 2 and "--resume=must but there is no checkpoint" in proc.stderr
+    assert list(tmp_path.iterdir()) == [], "a refused run creates no directory"
 
 
 BRO_CASES = [(["--utd=ten"], "flag --utd=ten"),
              (["--env=dog-rn"], "did you mean 'dog-run'?"),
-             (["--critic_width=0"], "critic_width must be positive")]
+             (["--critic_width=0"], "--critic_width must be positive"),
+             (["--init_temperature=nan"], "--init_temperature must be a finite number")]
 
 
 @pytest.mark.parametrize("args, expected", BRO_CASES)
