@@ -227,6 +227,9 @@ def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(t
     assert longer.returncode == 2 and "max_steps: 20 there, 30 now" in longer.stderr
     shifted = sweep(logdir, scripts, *args, "--seeds=2", "--first_seed=1", "--seeds_per_job=1")
     assert shifted.returncode == 2 and "train the same seeds" in shifted.stderr, shifted.stderr
+    extra = sweep(logdir, scripts, *args, "--seeds=2", "--", "--step_s=0")
+    assert extra.returncode == 2, extra.stderr
+    assert "(extra flags: none there, --step_s=0 now)" in extra.stderr, extra.stderr
     assert not (logdir / "sac" / "cheetah-run" / "none-utd1-seed1").exists()
 
 

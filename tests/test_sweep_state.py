@@ -20,7 +20,7 @@ from launch.sweep_lib.state import (
     this_process,
     update_record,
 )
-from launch.sweep_lib.submit import same_setting
+from launch.sweep_lib.submit import _MISSING, recorded_setting, same_setting
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +142,13 @@ def test_a_recorded_setting_matches_the_flag_text_that_set_it():
     assert same_setting([15001, 50001], "15001,50001") and same_setting([], "")
     assert same_setting(False, "false") and same_setting("cheetah-run", "cheetah-run")
     assert not same_setting(20, "30") and not same_setting([15001], "15001,50001")
+
+
+def test_recorded_settings_include_the_agents_hyperparameters():
+    config = {"utd": 8, "agent_config": {"hidden_dims": [64, 64], "critic_lr": 0.0003}}
+    assert recorded_setting(config, "utd") == 8
+    assert recorded_setting(config, "critic_lr") == 0.0003
+    assert recorded_setting(config, "hidden_dim") == 64
+    assert recorded_setting(config, "num_layers") == 2
+    assert recorded_setting(config, "tau") is _MISSING
+    assert not same_setting(recorded_setting(config, "hidden_dim"), "32")

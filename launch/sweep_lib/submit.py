@@ -241,13 +241,46 @@ def same_setting(there: object, now: object) -> bool:
         return str(there).lower() == str(now).lower()
 
 
+_MISSING = object()
+# Extra flags that change nothing a finished run computed.
+HARMLESS_EXTRA = ("progress", "resume")
+
+
+def recorded_setting(config: Mapping, name: str) -> object:
+    """The value config.json records for the flag `name`: a top-level setting or an agent
+    hyperparameter (SAC's --hidden_dim and --num_layers from its hidden_dims); _MISSING if
+    it records none."""
+    if name in config:
+        return config[name]
+    agent = config.get("agent_config")
+    if not isinstance(agent, dict):
+        return _MISSING
+    if name in agent:
+        return agent[name]
+    dims = agent.get("hidden_dims")
+    if isinstance(dims, list) and dims:
+        if name == "num_layers":
+            return len(dims)
+        if name == "hidden_dim" and len(set(dims)) == 1:
+            return dims[0]
+    return _MISSING
+
+
+def _extra_flags(extra: Sequence[str]) -> list[str]:
+    return sorted(a for a in extra
+                  if a.lstrip("-").partition("=")[0].removeprefix("no") not in HARMLESS_EXTRA)
+
+
 def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
                    logdir: str) -> None:
     """SweepError when a job's run directory holds a finished run with other settings than the
     job asks for: counting it as done would leave the grid's run undone (the run script itself
-    refuses such a directory, but a finished one is never started again)."""
+    refuses such a directory, but a finished one is never started again). The settings are
+    those config.json records, and the extra flags the sweep recorded when it launched the
+    job (so an extra flag dropped since is noticed too)."""
     for spec in specs:
-        if statuses[spec.key].state != "done":
+        status = statuses[spec.key]
+        if status.state != "done":
             continue
         config = read_json(os.path.join(spec.run_dir(logdir), "config.json"))
         wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
@@ -256,8 +289,16 @@ def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
             name, _, value = arg.lstrip("-").partition("=")
             if arg.startswith("-") and value:
                 wanted[name] = value
-        differ = [f"{k}: {config[k]!r} there, {v!r} now" for k, v in wanted.items()
-                  if k in config and not same_setting(config[k], v)]
+        differ = []
+        for name, value in wanted.items():
+            there = recorded_setting(config, name)
+            if there is not _MISSING and not same_setting(there, value):
+                differ.append(f"{name}: {there!r} there, {value!r} now")
+        launched = status.record.get("spec", {}).get("extra")
+        if not differ and launched is not None \
+                and _extra_flags(launched) != _extra_flags(spec.extra):
+            differ.append(f"extra flags: {' '.join(_extra_flags(launched)) or 'none'} there, "
+                          f"{' '.join(_extra_flags(spec.extra)) or 'none'} now")
         if differ:
             raise SweepError(f"{spec.run_dir(logdir)} holds a finished run with other settings "
                              f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
