@@ -157,10 +157,21 @@ def curve_scores(runs: Sequence[Run], tasks: Sequence[str], max_points: int = 0,
                  label: str = "") -> tuple[np.ndarray, ScoreMatrix] | None:
     """(steps (T,), scores (runs, tasks, T)) at the evaluation steps all the runs share.
 
+    Runs that stopped early (diverged) are left out, with a warning, as they are left out of
+    the final scores; otherwise they would end every curve where they stopped.
+
     Every shared step, or at most `max_points` > 0 evenly spaced ones (the last always kept);
     None (with a warning) when the runs share no evaluation step.
     """
-    chosen = [r for r in runs if r.task in tasks]
+    chosen = [r for r in runs if r.task in tasks and not r.stopped]
+    _warn_runs(label, "stopped early and are left out of the sample-efficiency curve",
+               sorted(f"{r.task}/{r.run_id} ({r.stopped})" for r in runs
+                      if r.task in tasks and r.stopped))
+    left = sorted(set(tasks) - {r.task for r in chosen})
+    if left:
+        warnings.warn(f"{label}: no run of {', '.join(left)} is left for the curve; no "
+                      "sample-efficiency curve", AggregationWarning, stacklevel=2)
+        return None
     shared = chosen[0].steps
     for run in chosen[1:]:
         shared = np.intersect1d(shared, run.steps)

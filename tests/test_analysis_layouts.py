@@ -9,7 +9,7 @@ from analysis.datasets import load_datasets
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.grouping import config_value, group_runs
 from analysis.layouts import canonical_task, detect_layout, load_runs
-from analysis.selection import final_scores
+from analysis.selection import curve_scores, final_scores
 
 
 def write_project_run(logdir, env, run_name, curves, **config):
@@ -186,3 +186,20 @@ def test_a_diverged_run_is_dropped_with_the_reason_from_its_diverged_json(tmp_pa
     assert "a/seed1 (last evaluation at 10000, more than one eval interval before step 30000; " \
            "diverged at env step 14000: critic_loss is nan)" in text
     assert "stopped at env step 14000 when seed 1 of its process diverged" in text
+
+
+def test_a_diverged_run_is_left_out_of_the_curves_instead_of_cutting_them(tmp_path):
+    diverged = write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0, (10_000,))})
+    (diverged / "diverged.json").write_text(json.dumps(
+        {"env_step": 14_000, "seed": 0, "what": "critic_loss is nan", "seeds_stopped": [0]}))
+    write_project_run(tmp_path, "cheetah-run", "b", {1: curve(1), 2: curve(2)})
+    _, runs = load_runs(tmp_path / "sac")
+    with pytest.warns(AggregationWarning, match="stopped early and are left out of the "
+                      "sample-efficiency curve: cheetah-run/a/seed0 \\(diverged at env step"):
+        steps, scores = curve_scores(runs, ["cheetah-run"])
+    np.testing.assert_array_equal(steps, [10_000, 20_000, 30_000])
+    assert scores.run_ids == (("b/seed1", "b/seed2"),)
+    only_diverged = [r for r in runs if r.run_id == "a/seed0"]
+    with pytest.warns(AggregationWarning) as caught:
+        assert curve_scores(only_diverged, ["cheetah-run"]) is None
+    assert any("no run of cheetah-run is left" in str(w.message) for w in caught)
