@@ -402,8 +402,8 @@ class Trainer:
         self.learn(loop)
         loop.wall_time = time.time() - started
         returns = None
-        if loop.env_step % cfg.log_every == 0:
-            self.log_train(loop)
+        if loop.env_step % cfg.log_every == 0 or loop.env_step == cfg.max_steps:
+            self.log_train(loop)  # the last, shorter window too
         if loop.env_step % cfg.eval_every == 0 or loop.env_step == cfg.max_steps:
             returns = self.log_eval(loop)
         if loop.env_step < cfg.max_steps:

@@ -17,13 +17,17 @@ EXPECTED_FILES = {"config.json", "eval.csv", "train.csv", "diagnostics.csv", "in
                   "0.txt", "1.txt", "done.json", "checkpoints"}
 
 
+def run_args(intervention, utd):
+    return [*FAST_SAC, "--num_seeds=2", f"--utd={utd}", "--max_steps=2500", "--start_steps=500",
+            "--eval_every=500", "--log_every=1000", f"--intervention={intervention}",
+            "--intervention_every=500", "--clip_c=1.2"]
+
+
 @pytest.fixture(scope="module", params=[("clip", 1), ("reset", 3)], ids=["clip-utd1", "reset-utd3"])
 def finished_run(request, tmp_path_factory):
     intervention, utd = request.param
     logdir = tmp_path_factory.mktemp(f"{intervention}{utd}")
-    run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", "--num_seeds=2", f"--utd={utd}",
-        "--max_steps=2500", "--start_steps=500", "--eval_every=500", "--log_every=500",
-        f"--intervention={intervention}", "--intervention_every=500", "--clip_c=1.2")
+    run("run_sac.py", *run_args(intervention, utd), f"--logdir={logdir}")
     run_dir = logdir / "sac" / "cartpole-swingup" / f"{intervention}-utd{utd}-seed0"
     return run_dir, intervention, utd
 
@@ -58,7 +62,7 @@ def test_train_metrics_logged(finished_run):
     run_dir, *_ = finished_run
     rows = read_csv(run_dir / "train.csv")
     steps = sorted({int(r["env_step"]) for r in rows})
-    assert steps == [500, 1000, 1500, 2000, 2500]
+    assert steps == [1000, 2000, 2500], "every log_every steps, and the last part at the end"
     metrics = {r["metric"] for r in rows}
     assert {"critic_loss", "actor_loss", "temperature", "entropy"} <= metrics
     assert all(np.isfinite(float(r["value"])) for r in rows)
@@ -121,10 +125,7 @@ def test_rerun_of_a_finished_run_does_nothing(finished_run):
     before = (run_dir / "eval.csv").read_text()
     # The same run directory however --logdir is spelled (a sweep passes absolute paths).
     for spelling in (str(logdir), f"{logdir}/", os.path.relpath(logdir, REPO)):
-        proc = run("run_sac.py", *FAST_SAC, f"--logdir={spelling}", "--num_seeds=2",
-                   f"--utd={utd}", "--max_steps=2500", "--start_steps=500", "--eval_every=500",
-                   "--log_every=500", f"--intervention={intervention}",
-                   "--intervention_every=500", "--clip_c=1.2")
+        proc = run("run_sac.py", *run_args(intervention, utd), f"--logdir={spelling}")
         assert "already finished" in proc.stderr, proc.stderr
     assert (run_dir / "eval.csv").read_text() == before
 
