@@ -62,14 +62,14 @@ def run(collected: list[str]) -> None:
     """Read, aggregate, write; warnings are printed as they arise and kept in `collected`."""
     settings = settings_from_flags()
     check_settings(settings)
+    datasets, sources = load_datasets(FLAGS.runs, FLAGS.labels, FLAGS.group_by,
+                                      FLAGS.npy_eval_every, FLAGS.npy_first_step)
     out = Path(FLAGS.out)
-    try:  # before the bootstrap, so that a bad --out does not waste it
+    try:  # once the inputs are read (bad ones create nothing), before the bootstrap
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise AggregationError(f"--out={out}: cannot create the output directory there "
                                f"({type(error).__name__}: {error})") from None
-    datasets, sources = load_datasets(FLAGS.runs, FLAGS.labels, FLAGS.group_by,
-                                      FLAGS.npy_eval_every, FLAGS.npy_first_step)
     for x in sources:
         print(f"{x.path}: detected {x.layout} layout -> algorithm '{x.algorithm}', "
               f"{x.runs} runs on {x.tasks} tasks", file=sys.stderr)

@@ -152,3 +152,4 @@ def test_bad_input_is_one_line_on_stderr_and_exit_code_2(case, tmp_path, logdir)
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], (
         result.stderr)
     assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists(), "bad input creates no output directory"
