@@ -18,11 +18,12 @@ INTERVENTIONS = ("none", "reset", "clip")
 CLIP_METHODS = ("svd", "newton_schulz")
 CLIP_SIDES = ("both", "upper", "lower")
 RESUME_MODES = ("auto", "never", "must")
+HELP_FLAGS = {"help", "?", "helpshort", "helpfull", "helpxml"}
 
 
 def one_line_flag_parser(prefix: str = "error: "):
     """absl's flag parser for `app.run(..., flags_parser=...)`, but a bad or unknown flag is
-    one line on stderr (`prefix` and absl's message) and exit code 2."""
+    one line on stderr (`prefix` and absl's message) and exit code 2, and --help exits 0."""
 
     def parse(argv: list[str]) -> list[str]:
         try:
@@ -30,6 +31,9 @@ def one_line_flag_parser(prefix: str = "error: "):
         except flags.Error as e:
             print(f"{prefix}{e}; see --help", file=sys.stderr)
             sys.exit(2)
+        except SystemExit as e:  # absl ends --help and its kin with exit code 1: asked for, 0
+            asked = {a.lstrip("-").split("=")[0] for a in argv[1:]} & HELP_FLAGS
+            sys.exit(0 if asked and e.code == 1 else e.code)
 
     return parse
 

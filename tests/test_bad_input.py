@@ -141,3 +141,11 @@ def test_run_bro_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+
+
+@pytest.mark.parametrize("script, flag", [("run_sac.py", "--clip_ns_steps"),
+                                          ("run_bro.py", "--init_scale"),
+                                          ("aggregate.py", "--runs"), ("sweep.py", "--envs")])
+def test_help_exits_0_and_lists_the_flags(script, flag):
+    proc = run(script, "--help", timeout=60)  # check=True: exit code 0
+    assert flag in proc.stdout
