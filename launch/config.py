@@ -157,6 +157,16 @@ def validate(cfg: TrainConfig) -> None:
         )
 
 
+def schedule_warning(cfg: TrainConfig) -> str | None:
+    """A line about `--intervention_steps` that never happen (at or after the last step, where
+    no intervention is made), or None."""
+    late = [s for s in cfg.intervention_steps if s >= cfg.max_steps]
+    if not late:
+        return None
+    return (f"--intervention_steps {','.join(map(str, late))} never happen: they are at or after "
+            f"--max_steps={cfg.max_steps}, and a run intervenes only before its last step")
+
+
 def define_flags(defaults: TrainConfig) -> None:
     """Define the flags every run script shares, with this agent's defaults."""
     d = defaults

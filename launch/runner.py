@@ -17,6 +17,7 @@ from launch.config import (
     TrainConfig,
     config_from_flags,
     one_line_flag_parser,
+    schedule_warning,
     validate,
 )
 from launch.events import check_clip_parts
@@ -58,6 +59,8 @@ def main(
     if state == "done":
         print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
         return
+    if (warning := schedule_warning(cfg)) is not None:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
           f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr)
     try:

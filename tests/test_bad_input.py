@@ -8,7 +8,7 @@ import re
 import pytest
 
 from agents.sac import SACConfig
-from launch.config import ConfigError, TrainConfig
+from launch.config import ConfigError, TrainConfig, schedule_warning
 from launch.run_files import config_record
 from launch.train import resume_state
 from tests.runs import FAST_SAC, run
@@ -149,3 +149,16 @@ def test_run_bro_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
 def test_help_exits_0_and_lists_the_flags(script, flag):
     proc = run(script, "--help", timeout=60)  # check=True: exit code 0
     assert flag in proc.stdout
+
+
+def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
+    assert schedule_warning(TrainConfig(intervention="reset", intervention_steps=(100, 300),
+                                        max_steps=300)) == (
+        "--intervention_steps 300 never happen: they are at or after --max_steps=300, and a "
+        "run intervenes only before its last step")
+    assert schedule_warning(TrainConfig(intervention="reset", intervention_steps=(100,),
+                                        max_steps=300)) is None
+    proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--hidden_dim=8",
+               "--max_steps=300", "--start_steps=100", "--eval_every=300",
+               "--intervention=reset", "--intervention_steps=300", timeout=120)
+    assert proc.stderr.startswith("warning: --intervention_steps 300 never happen")
