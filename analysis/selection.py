@@ -61,14 +61,23 @@ def score_at_step(run: Run, step: int, window: int = 1) -> tuple[float, int] | s
     """(mean return of the last `window` evaluations at or before `step`, the step used).
 
     The last evaluation at or before `step` is used when it lies within one evaluation
-    interval of it; otherwise the reason the run cannot be scored is returned as a string.
+    interval of it (the median spacing of its evaluations; for a single one, the run's
+    eval_every if its config records one), but never a run's last one when the run stopped
+    early (diverged) before `step`; otherwise the reason the run cannot be scored is returned
+    as a string.
     """
     last = int(np.searchsorted(run.steps, step, side="right")) - 1
     if last < 0:
         return f"first evaluation at {int(run.steps[0])}, after step {step}"
-    interval = eval_interval(run.steps)
     used = int(run.steps[last])
-    if used != step and (interval is None or step - used > interval):
+    if used != step and run.stopped and used == int(run.steps[-1]):
+        return f"last evaluation at {used}, before step {step}"  # the caller adds why
+    interval = eval_interval(run.steps)
+    if interval is None and isinstance(run.config.get("eval_every"), int):
+        interval = run.config["eval_every"]  # one evaluation: the interval its run was given
+    if used != step and interval is None:
+        return f"its only evaluation is at {used}, before step {step}"
+    if used != step and step - used > interval:
         return f"last evaluation at {used}, more than one eval interval before step {step}"
     return float(run.returns[max(0, last - window + 1): last + 1].mean()), used
 

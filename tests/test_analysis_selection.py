@@ -1,5 +1,7 @@
 """Scoring runs at a step, shared tasks and shared curve steps, and the summary built on them."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -28,6 +30,14 @@ def test_score_at_step_exact_earlier_within_one_interval_or_dropped():
     assert score_at_step(r, 110_000) == (100.0, 100_000)
     assert "more than one eval interval" in score_at_step(r, 120_001)
     assert "first evaluation at 10000" in score_at_step(r, 5_000)
+    single = run("t", "1", [10_000])
+    assert score_at_step(single, 20_000) == "its only evaluation is at 10000, before step 20000"
+    with_interval = dataclasses.replace(single, config={"eval_every": 10_000})
+    assert score_at_step(with_interval, 20_000) == (10.0, 10_000)
+    assert "more than one eval interval" in score_at_step(with_interval, 20_001)
+    stopped = dataclasses.replace(r, stopped="diverged at env step 104000: x")
+    assert score_at_step(stopped, 100_000) == (100.0, 100_000)
+    assert score_at_step(stopped, 105_000) == "last evaluation at 100000, before step 105000"
 
 
 def test_final_scores_pad_missing_runs_and_warn_about_each_rule():
