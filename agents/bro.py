@@ -31,6 +31,7 @@ from agents.common import (
 )
 from networks import BroActor, Ensemble, OptimisticActor, QuantileCritic, tanh_gaussian_sample
 
+FLOAT32_LOG_RANGE = 80.0  # exp(+-80) is still a finite, normal float32
 NUM_CRITICS = 2  # the optimism and pessimism terms use the spread |q1 - q2| / 2 of two critics
 
 
@@ -84,12 +85,17 @@ class BROConfig:
         for name in ("critic_depth", "actor_depth", "optimistic_depth"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        low, high = math.exp(self.scalar_log_min), math.exp(self.scalar_log_max)
+        if not -FLOAT32_LOG_RANGE <= self.scalar_log_min < self.scalar_log_max \
+                <= FLOAT32_LOG_RANGE:
+            raise ValueError(f"scalar_log_min and scalar_log_max must satisfy -{FLOAT32_LOG_RANGE}"
+                             f" <= min < max <= {FLOAT32_LOG_RANGE} (exp of them is a float32), "
+                             f"got {self.scalar_log_min} and {self.scalar_log_max}")
         for name in ("init_optimism", "init_kl_weight"):
-            if not low < getattr(self, name) < high:
+            value = getattr(self, name)
+            if not (value > 0 and self.scalar_log_min < math.log(value) < self.scalar_log_max):
                 raise ValueError(
                     f"{name} must lie strictly inside (e^{self.scalar_log_min}, "
-                    f"e^{self.scalar_log_max}), got {getattr(self, name)}"
+                    f"e^{self.scalar_log_max}), got {value}"
                 )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import AggregationError, AggregationWarning
+from launch.run_files import with_added_settings
 
 TASK_ALIASES = {"finger-turn": "finger-turn_hard"}
 LAYOUTS = ("project", "jaxrl", "npy")
@@ -37,6 +38,7 @@ class Run:
     source: str
     config: dict = dataclasses.field(default_factory=dict, compare=False)
     stopped: str = ""  # why training stopped early (this project's diverged.json), if known
+    stopped_at: int | None = None  # the env step it stopped at
 
 
 def canonical_task(name: str) -> str:
@@ -158,6 +160,7 @@ def read_project_run_dir(run_dir: Path) -> list[Run]:
     if not isinstance(config, dict) or "env" not in config:
         raise AggregationError(f"{run_dir / 'config.json'}: expected a JSON object with an "
                                "'env' key")
+    config = with_added_settings(config)  # a run recorded before a setting existed has its value
     with reading(run_dir / "eval.csv"), open(run_dir / "eval.csv", newline="") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in EVAL_COLUMNS if c not in (reader.fieldnames or [])]
@@ -186,7 +189,8 @@ def read_project_run_dir(run_dir: Path) -> list[Run]:
             step, bad = diverged.get("env_step"), diverged.get("seed")
             why = (f"diverged at env step {step}: {diverged.get('what')}" if str(bad) == seed
                    else f"stopped at env step {step} when seed {bad} of its process diverged")
-            run = dataclasses.replace(run, stopped=why)
+            run = dataclasses.replace(run, stopped=why,
+                                      stopped_at=int(step) if isinstance(step, int) else None)
         if run is not None:
             runs.append(run)
     return runs

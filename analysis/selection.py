@@ -62,15 +62,15 @@ def score_at_step(run: Run, step: int, window: int = 1) -> tuple[float, int] | s
 
     The last evaluation at or before `step` is used when it lies within one evaluation
     interval of it (the median spacing of its evaluations; for a single one, the run's
-    eval_every if its config records one), but never a run's last one when the run stopped
-    early (diverged) before `step`; otherwise the reason the run cannot be scored is returned
+    eval_every if its config records one), but never when the run stopped early (diverged)
+    at or before `step`; otherwise the reason the run cannot be scored is returned
     as a string.
     """
     last = int(np.searchsorted(run.steps, step, side="right")) - 1
     if last < 0:
         return f"first evaluation at {int(run.steps[0])}, after step {step}"
     used = int(run.steps[last])
-    if used != step and run.stopped and used == int(run.steps[-1]):
+    if used != step and run.stopped_at is not None and step >= run.stopped_at:
         return f"last evaluation at {used}, before step {step}"  # the caller adds why
     interval = eval_interval(run.steps)
     if interval is None and isinstance(run.config.get("eval_every"), int):
@@ -166,21 +166,20 @@ def curve_scores(runs: Sequence[Run], tasks: Sequence[str], max_points: int = 0,
                  label: str = "") -> tuple[np.ndarray, ScoreMatrix] | None:
     """(steps (T,), scores (runs, tasks, T)) at the evaluation steps all the runs share.
 
-    Runs that stopped early (diverged) are left out, with a warning, as they are left out of
-    the final scores; otherwise they would end every curve where they stopped.
+    Runs that stopped early (diverged) are left out, with a warning, so that they do not end
+    every curve where they stopped; a task whose runs all stopped keeps them (and its curve
+    ends there, with the warning that says so).
 
     Every shared step, or at most `max_points` > 0 evenly spaced ones (the last always kept);
     None (with a warning) when the runs share no evaluation step.
     """
-    chosen = [r for r in runs if r.task in tasks and not r.stopped]
+    chosen = [r for r in runs if r.task in tasks]
+    stopped = [r for r in chosen if r.stopped]
+    kept_tasks = {r.task for r in chosen if not r.stopped}
     _warn_runs(label, "stopped early and are left out of the sample-efficiency curve",
-               sorted(f"{r.task}/{r.run_id} ({r.stopped})" for r in runs
-                      if r.task in tasks and r.stopped))
-    left = sorted(set(tasks) - {r.task for r in chosen})
-    if left:
-        warnings.warn(f"{label}: no run of {', '.join(left)} is left for the curve; no "
-                      "sample-efficiency curve", AggregationWarning, stacklevel=2)
-        return None
+               sorted(f"{r.task}/{r.run_id} ({r.stopped})" for r in stopped
+                      if r.task in kept_tasks))
+    chosen = [r for r in chosen if not r.stopped or r.task not in kept_tasks]
     shared = chosen[0].steps
     for run in chosen[1:]:
         shared = np.intersect1d(shared, run.steps)

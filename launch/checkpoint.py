@@ -117,7 +117,15 @@ def interrupts_deferred():
         yield
         return
     received = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # a handler installed outside Python: let it be the default's
+        previous = signal.SIG_DFL
+
+    def hold(signum, frame):
+        received.append(signum)
+        signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is not held: a hung save ends
+
+    signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:

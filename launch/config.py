@@ -149,6 +149,10 @@ def validate(cfg: TrainConfig) -> None:
     if not all(0 <= tau < math.inf for tau in cfg.dormant_taus):
         raise ConfigError(f"--dormant_taus must be finite thresholds >= 0, got "
                           f"{list(cfg.dormant_taus)}")
+    names = [f"{tau:g}" for tau in cfg.dormant_taus]  # as diagnostics.csv names them
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--dormant_taus repeats a threshold ({','.join(names)} as "
+                          "diagnostics.csv writes them); give each once")
     if not 0 < cfg.srank_threshold <= 1:
         raise ConfigError(f"--srank_threshold must be in (0, 1], got {cfg.srank_threshold}")
     if cfg.batch_size > cfg.buffer_capacity:
@@ -158,8 +162,13 @@ def validate(cfg: TrainConfig) -> None:
 
 
 def schedule_warning(cfg: TrainConfig) -> str | None:
-    """A line about `--intervention_steps` that never happen (at or after the last step, where
+    """A line about scheduled interventions that never happen (at or after the last step, where
     no intervention is made), or None."""
+    if cfg.intervention != "none" and not cfg.intervention_steps \
+            and cfg.intervention_every >= cfg.max_steps:
+        return (f"--intervention={cfg.intervention} never happens: --intervention_every="
+                f"{cfg.intervention_every} is not below --max_steps={cfg.max_steps}, and a run "
+                "intervenes only before its last step")
     late = [s for s in cfg.intervention_steps if s >= cfg.max_steps]
     if not late:
         return None
@@ -252,8 +261,7 @@ def config_from_flags(agent: str) -> TrainConfig:
     values = {name: f[name].value for name in fields}
     values["intervention_steps"] = _int_list("intervention_steps", values["intervention_steps"])
     values["clip_parts"] = tuple(values["clip_parts"])
-    values["dormant_taus"] = tuple(dict.fromkeys(_float_list("dormant_taus",
-                                                              values["dormant_taus"])))
+    values["dormant_taus"] = _float_list("dormant_taus", values["dormant_taus"])
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)
     if f["clip_ns_steps"].present and cfg.clip_method != "newton_schulz":

@@ -5,10 +5,12 @@ every row it logged on disk; `offsets()` / `truncate_to()` let a resumed run cut
 back to the moment of its checkpoint, so rows are neither duplicated nor lost.
 """
 
+import copy
 import csv
 import dataclasses
 import importlib.metadata
 import json
+import math
 import os
 import platform
 from collections.abc import Iterable, Sequence
@@ -44,6 +46,28 @@ def config_record(train_config, agent_config) -> dict:
     record["run_name"] = train_config.name
     record["agent_config"] = dataclasses.asdict(agent_config)
     record["versions"] = versions()
+    return record
+
+
+# Settings added after runs were recorded without them, with the value those runs had
+# ("a.b" is key b of the record's object a).
+ADDED_SETTINGS = {"clip_ns_steps": 20, "dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
+                  "eval_seed_offset": 42, "agent_config.init_scale": math.sqrt(2.0)}
+
+
+def with_added_settings(record: dict) -> dict:
+    """A config.json record with each of ADDED_SETTINGS it lacks at the value it ran with
+    (resume compares runs this way, and aggregation groups them)."""
+    record = copy.deepcopy(record)
+    for key, value in ADDED_SETTINGS.items():
+        *parents, name = key.split(".")
+        node = record
+        for parent in parents:
+            node = node.get(parent)
+            if not isinstance(node, dict):
+                break
+        else:
+            node.setdefault(name, value)
     return record
 
 

@@ -75,8 +75,10 @@ def main(
         if checkpoint_dirs(cfg.run_dir)[0]:
             _fail(f"interrupted; the same command resumes {cfg.run_dir} from its last checkpoint "
                   f"(every {cfg.checkpoint_every:,} env steps, at an episode end)", 130)
+        again = ("the same command with --resume=auto starts it over" if cfg.resume == "never"
+                 else "the same command starts it over")
         _fail(f"interrupted before the first checkpoint (every {cfg.checkpoint_every:,} env "
-              f"steps, at an episode end); the same command starts {cfg.run_dir} over", 130)
+              f"steps, at an episode end) of {cfg.run_dir}; {again}", 130)
 
 
 def check_writable(run_dir: str) -> None:

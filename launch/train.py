@@ -7,10 +7,8 @@ picks the next actions, so each env step does one host->device transfer (the min
 observations) and one device->host transfer (the actions).
 """
 
-import copy
 import dataclasses
 import json
-import math
 import os
 import sys
 import time
@@ -28,7 +26,13 @@ from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
 from launch.config import ConfigError, TrainConfig
 from launch.events import Intervention, build_intervention
-from launch.run_files import CannotResume, RunFiles, config_record, read_config
+from launch.run_files import (
+    CannotResume,
+    RunFiles,
+    config_record,
+    read_config,
+    with_added_settings,
+)
 from replay import ReplayBuffer
 
 
@@ -105,27 +109,6 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
 # Settings that may differ when a run resumes: how it resumes and shows progress, the library
 # versions, and how its logdir is spelled (the run directory itself is the one resumed).
 IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir")
-# Settings added after runs were recorded without them, with the value those runs had
-# ("a.b" is key b of the record's object a).
-ADDED_SETTINGS = {"clip_ns_steps": 20, "dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
-                  "eval_seed_offset": 42, "agent_config.init_scale": math.sqrt(2.0)}
-
-
-def with_added_settings(record: dict) -> dict:
-    """A config.json record with each of ADDED_SETTINGS it lacks at the value it ran with."""
-    record = copy.deepcopy(record)
-    for key, value in ADDED_SETTINGS.items():
-        *parents, name = key.split(".")
-        node = record
-        for parent in parents:
-            node = node.get(parent)
-            if not isinstance(node, dict):
-                break
-        else:
-            node.setdefault(name, value)
-    return record
-
-
 def _flat(record: dict, prefix: str = "") -> dict:
     """A config record's settings by dotted name: {"agent_config.hidden_dims": [...], ...}."""
     out = {}

@@ -1,5 +1,6 @@
 """Readers and layout detection on run trees built by hand in tmp_path."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -199,7 +200,22 @@ def test_a_diverged_run_is_left_out_of_the_curves_instead_of_cutting_them(tmp_pa
         steps, scores = curve_scores(runs, ["cheetah-run"])
     np.testing.assert_array_equal(steps, [10_000, 20_000, 30_000])
     assert scores.run_ids == (("b/seed1", "b/seed2"),)
-    only_diverged = [r for r in runs if r.run_id == "a/seed0"]
-    with pytest.warns(AggregationWarning) as caught:
-        assert curve_scores(only_diverged, ["cheetah-run"]) is None
-    assert any("no run of cheetah-run is left" in str(w.message) for w in caught)
+    # A task whose runs all stopped keeps them: its curve ends where they stopped.
+    with_other_task = [r for r in runs if r.run_id != "b/seed1"]
+    with_other_task = [r if r.run_id != "b/seed2" else dataclasses.replace(r, task="walker-run")
+                       for r in with_other_task]
+    with pytest.warns(AggregationWarning, match="its curve stops at 10000"):
+        steps, scores = curve_scores(with_other_task, ["cheetah-run", "walker-run"])
+    np.testing.assert_array_equal(steps, [10_000])
+    assert scores.run_ids == (("a/seed0",), ("b/seed2",))
+
+
+def test_runs_recorded_before_a_setting_existed_group_by_the_value_they_ran_with(tmp_path):
+    write_project_run(tmp_path, "cheetah-run", "old", {0: curve(0)})  # no init_scale recorded
+    write_project_run(tmp_path, "cheetah-run", "new", {1: curve(1)}, clip_ns_steps=8,
+                      agent_config=dict(hidden_dims=[256, 256], init_scale=0.5))
+    _, runs = load_runs(tmp_path / "sac")
+    groups = group_runs(runs, ["agent_config.init_scale", "clip_ns_steps"])
+    assert {label: [r.run_id for r in rs] for label, rs in groups.items()} == {
+        "agent_config.init_scale=0.5,clip_ns_steps=8": ["new/seed1"],
+        "agent_config.init_scale=1.4142135623730951,clip_ns_steps=20": ["old/seed0"]}

@@ -35,8 +35,9 @@ def test_score_at_step_exact_earlier_within_one_interval_or_dropped():
     with_interval = dataclasses.replace(single, config={"eval_every": 10_000})
     assert score_at_step(with_interval, 20_000) == (10.0, 10_000)
     assert "more than one eval interval" in score_at_step(with_interval, 20_001)
-    stopped = dataclasses.replace(r, stopped="diverged at env step 104000: x")
+    stopped = dataclasses.replace(r, stopped="diverged at env step 104000: x", stopped_at=104_000)
     assert score_at_step(stopped, 100_000) == (100.0, 100_000)
+    assert score_at_step(stopped, 103_000) == (100.0, 100_000), "before it diverged"
     assert score_at_step(stopped, 105_000) == "last evaluation at 100000, before step 105000"
 
 

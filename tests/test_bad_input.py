@@ -48,6 +48,8 @@ CASES = {
                              "thresholds >= 0, got [0.0, -0.1]"),
     "dormant taus not numbers": (["--dormant_taus=0,low"], "--dormant_taus must be a "
                                  "comma-separated list of numbers, got '0,low'"),
+    "dormant taus repeated": (["--dormant_taus=0,0.025,0.0250000001"],
+                              "--dormant_taus repeats a threshold (0,0.025,0.025 as "),
     "srank threshold above 1": (["--srank_threshold=1.5"], "--srank_threshold must be in (0, 1]"),
     "negative eval seed offset": (["--eval_seed_offset=-1"], "--eval_seed_offset must be >= 0"),
     "zero init scale": (["--init_scale=0"], "--init_scale must be positive, got 0.0"),
@@ -132,7 +134,8 @@ def test_resume_never_refuses_an_existing_run_and_must_needs_a_checkpoint(tmp_pa
 BRO_CASES = [(["--utd=ten"], "flag --utd=ten"),
              (["--env=dog-rn"], "did you mean 'dog-run'?"),
              (["--critic_width=0"], "--critic_width must be positive"),
-             (["--init_temperature=nan"], "--init_temperature must be a finite number")]
+             (["--init_temperature=nan"], "--init_temperature must be a finite number"),
+             (["--scalar_log_max=1000"], "--scalar_log_min and scalar_log_max must satisfy")]
 
 
 @pytest.mark.parametrize("args, expected", BRO_CASES)
@@ -158,6 +161,10 @@ def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
         "run intervenes only before its last step")
     assert schedule_warning(TrainConfig(intervention="reset", intervention_steps=(100,),
                                         max_steps=300)) is None
+    assert schedule_warning(TrainConfig(intervention="clip", max_steps=100_000)) == (
+        "--intervention=clip never happens: --intervention_every=200000 is not below "
+        "--max_steps=100000, and a run intervenes only before its last step")
+    assert schedule_warning(TrainConfig(intervention="none", max_steps=100_000)) is None
     proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--hidden_dim=8",
                "--max_steps=300", "--start_steps=100", "--eval_every=300",
                "--intervention=reset", "--intervention_steps=300", timeout=120)

@@ -2,13 +2,14 @@
 detected with a fall back to the previous checkpoint."""
 
 import os
+import signal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from launch.checkpoint import CheckpointCorrupt, Checkpointer
+from launch.checkpoint import CheckpointCorrupt, Checkpointer, interrupts_deferred
 
 
 def device_tree(value: float):
@@ -81,3 +82,26 @@ def test_all_corrupt_is_an_error(saved):
 
 def test_empty_directory_restores_nothing(tmp_path):
     assert Checkpointer(str(tmp_path / "none")).restore_latest(device_tree(0.0)) is None
+
+
+def test_a_ctrl_c_inside_is_held_until_the_end_and_a_second_one_is_not():
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            signal.raise_signal(signal.SIGINT)
+            done.append("the block finished")
+    assert done == ["the block finished"]
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # a second one goes through at once
+            done.append("not reached")
+    assert done == ["the block finished"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a sweep's local worker runs
+    try:
+        with interrupts_deferred():
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -202,8 +202,11 @@ def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path)
     assert "resumed from the checkpoint" in resumed.stderr
 
 
-def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path):
-    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
+@pytest.mark.parametrize("resume, again", [("auto", "the same command starts it over"),
+                                           ("never", "the same command with --resume=auto")])
+def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, resume, again):
+    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}",
+            f"--resume={resume}"]
     proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     banner = proc.stderr.readline()  # printed before anything is compiled
@@ -213,5 +216,6 @@ def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path):
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith("error: interrupted before the first "
                                                    "checkpoint"), err
+    assert again in err
     checkpoints = run_dir(tmp_path, "none") / "checkpoints"
     assert not checkpoints.exists() or not [n for n in os.listdir(checkpoints) if n.isdigit()]

@@ -227,9 +227,15 @@ def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(t
     assert longer.returncode == 2 and "max_steps: 20 there, 30 now" in longer.stderr
     shifted = sweep(logdir, scripts, *args, "--seeds=2", "--first_seed=1", "--seeds_per_job=1")
     assert shifted.returncode == 2 and "train the same seeds" in shifted.stderr, shifted.stderr
-    extra = sweep(logdir, scripts, *args, "--seeds=2", "--", "--step_s=0")
-    assert extra.returncode == 2, extra.stderr
-    assert "(extra flags: none there, --step_s=0 now)" in extra.stderr, extra.stderr
+    # Extra flags: compared with config.json where it records them, and with the extra flags
+    # the sweep launched the job with (a flag dropped since is noticed).
+    other = tmp_path / "other"
+    assert sweep(other, scripts, *args, "--seeds=1", "--", "--step_s=0.001").returncode == 0
+    dropped = sweep(other, scripts, *args, "--seeds=1")
+    assert dropped.returncode == 2, dropped.stderr
+    assert "(--step_s=0.001 there, not given now)" in dropped.stderr, dropped.stderr
+    same = sweep(other, scripts, *args, "--seeds=1", "--", "--step_s=1e-3", "--noprogress")
+    assert same.returncode == 0, same.stderr
     assert not (logdir / "sac" / "cheetah-run" / "none-utd1-seed1").exists()
 
 

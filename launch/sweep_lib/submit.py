@@ -231,10 +231,12 @@ def watch(paths: SweepPaths, keys: Sequence[str], poll_s: float = 2.0,
 
 
 def same_setting(there: object, now: object) -> bool:
-    """A config.json value and a flag's text: numbers as numbers, lists as comma-separated
-    items (as absl reads them), booleans and the rest as text."""
+    """A config.json value (or a flag's text) and a flag's text: numbers as numbers, lists as
+    comma-separated items (as absl reads them) compared item by item, booleans and the rest as
+    text."""
     if isinstance(there, list | tuple):
-        there = ",".join(map(str, there))
+        items = str(now).split(",") if str(now) else []
+        return len(items) == len(there) and all(map(same_setting, there, items))
     try:
         return float(there) == float(now)
     except (TypeError, ValueError):
@@ -266,9 +268,28 @@ def recorded_setting(config: Mapping, name: str) -> object:
     return _MISSING
 
 
-def _extra_flags(extra: Sequence[str]) -> list[str]:
-    return sorted(a for a in extra
-                  if a.lstrip("-").partition("=")[0].removeprefix("no") not in HARMLESS_EXTRA)
+def _extra_flags(extra: Sequence[str]) -> dict[str, str]:
+    """{name: value text} of extra flags (value "" for --flag / --noflag), harmless ones out."""
+    flags = {}
+    for arg in extra:
+        name, _, value = arg.lstrip("-").partition("=")
+        if name.removeprefix("no") not in HARMLESS_EXTRA:
+            flags[name] = value
+    return flags
+
+
+def _extra_differences(launched: Sequence[str], now: Sequence[str], config: Mapping) -> list:
+    """How the extra flags of a job differ from those it was launched with: a flag dropped
+    since (its setting may have gone back to the default), a value changed, or a flag added
+    that config.json does not record (added ones it records are compared with it)."""
+    before, after = _extra_flags(launched), _extra_flags(now)
+    out = [f"--{n}{'=' + v if v else ''} there, not given now" for n, v in before.items()
+           if n not in after]
+    out += [f"--{n}={before[n]} there, --{n}={v} now" for n, v in after.items()
+            if n in before and not same_setting(before[n], v)]
+    out += [f"--{n}{'=' + v if v else ''} not given there" for n, v in after.items()
+            if n not in before and recorded_setting(config, n) is _MISSING]
+    return out
 
 
 def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
@@ -295,10 +316,8 @@ def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
             if there is not _MISSING and not same_setting(there, value):
                 differ.append(f"{name}: {there!r} there, {value!r} now")
         launched = status.record.get("spec", {}).get("extra")
-        if not differ and launched is not None \
-                and _extra_flags(launched) != _extra_flags(spec.extra):
-            differ.append(f"extra flags: {' '.join(_extra_flags(launched)) or 'none'} there, "
-                          f"{' '.join(_extra_flags(spec.extra)) or 'none'} now")
+        if launched is not None:
+            differ += _extra_differences(launched, spec.extra, config)
         if differ:
             raise SweepError(f"{spec.run_dir(logdir)} holds a finished run with other settings "
                              f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
