@@ -44,6 +44,14 @@ def main(
     """Validate the flags, build the agent and train. `adjust` fills agent-specific defaults
     that depend on other settings (e.g. BRO's reset steps depend on max_steps and utd)."""
     logging.set_verbosity(logging.WARNING)  # keep library chatter off the terminal
+    try:
+        _main(argv, agent_name, agent_config, adjust)
+    except KeyboardInterrupt:  # during the checks and the agent's construction
+        _fail("interrupted before training started", 130)
+
+
+def _main(argv: list[str], agent_name: str, agent_config: Callable,
+          adjust: Callable[[TrainConfig], TrainConfig]) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]}; every setting is a --flag (see --help)", 2)
     try:
@@ -61,9 +69,9 @@ def main(
         return
     if (warning := schedule_warning(cfg)) is not None:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
-          f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr)
-    try:
+    try:  # a Ctrl-C from the banner on is answered with what the run directory holds
+        print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
+              f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr, flush=True)
         Trainer(agent, cfg).run()
     except Diverged as e:
         kept = (f"the last good checkpoint is kept in {cfg.run_dir}/checkpoints"
