@@ -144,6 +144,7 @@ def test_a_recorded_setting_matches_the_flag_text_that_set_it():
     assert not same_setting(20, "30") and not same_setting([15001], "15001,50001")
     assert same_setting([0.0, 0.05], "0,0.05") and same_setting([0.0, 0.05], "0,5e-2")
     assert not same_setting([0.0, 0.05], "0,0,0.05")
+    assert same_setting("0,0.05", "0.0,5e-2")  # a list flag's text, as launched before
 
 
 def test_recorded_settings_include_the_agents_hyperparameters():

@@ -234,6 +234,8 @@ def same_setting(there: object, now: object) -> bool:
     """A config.json value (or a flag's text) and a flag's text: numbers as numbers, lists as
     comma-separated items (as absl reads them) compared item by item, booleans and the rest as
     text."""
+    if isinstance(there, str) and "," in there:  # a list flag's text
+        there = there.split(",")
     if isinstance(there, list | tuple):
         items = str(now).split(",") if str(now) else []
         return len(items) == len(there) and all(map(same_setting, there, items))
