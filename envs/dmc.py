@@ -138,10 +138,20 @@ class DMCEnv:
         ))
 
 
+EPISODE_STEPS = 1000  # the suite's time limit in control steps (lqr's is infinite otherwise)
+
+
 def make_env(name: str, seed: int, action_repeat: int = 1) -> DMCEnv:
-    """Load the suite task `name` ("domain-task"), seeded via task_kwargs={'random': seed}."""
+    """Load the suite task `name` ("domain-task"), seeded via task_kwargs={'random': seed}.
+
+    Every suite task but lqr's ends its episodes after 1,000 control steps; lqr's has no time
+    limit (an episode would run until the state is almost exactly zero), so it gets that one.
+    """
     domain, task = check_env_name(name)
     seed = check_seed(seed)
     action_repeat = check_action_repeat(action_repeat)
     env = dm_suite().load(domain, task, task_kwargs={"random": seed})
+    if domain == "lqr":
+        limit = EPISODE_STEPS * env.control_timestep()
+        env = dm_suite().load(domain, task, task_kwargs={"random": seed, "time_limit": limit})
     return DMCEnv(env, name, action_repeat)

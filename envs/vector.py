@@ -30,9 +30,10 @@ class VectorEnv:
         return np.stack([env.reset() for env in self.envs])
 
     def step(
-        self, actions: np.ndarray
+        self, actions: np.ndarray, active: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Step env i with actions[i] ((N, act_dim) in [-1, 1]).
+        """Step env i with actions[i] ((N, act_dim) in [-1, 1]); with `active` (N,) bools, only
+        those envs (an env whose episode ended gives zeros, reward 0, not ended).
 
         Returns obs (N, obs_dim) float32, rewards (N,) float32, terminated (N,), truncated (N,).
         """
@@ -40,8 +41,11 @@ class VectorEnv:
         if actions.shape != (self.num_envs, self.act_dim):
             raise ValueError(f"{self.name}: actions shape {actions.shape} is wrong; "
                              f"expected ({self.num_envs}, {self.act_dim})")
+        idle = (np.zeros(self.obs_dim, np.float32), 0.0, False, False)
+        active = np.ones(self.num_envs, bool) if active is None else np.asarray(active, bool)
         obs, rewards, terminated, truncated = zip(
-            *(env.step(a) for env, a in zip(self.envs, actions, strict=True)), strict=True
+            *(env.step(a) if on else idle
+              for env, a, on in zip(self.envs, actions, active, strict=True)), strict=True
         )
         return (
             np.stack(obs),

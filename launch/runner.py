@@ -22,7 +22,7 @@ from launch.config import (
 )
 from launch.events import check_clip_parts
 from launch.run_files import CannotResume, config_record
-from launch.train import Diverged, Trainer, checkpoint_dirs, resume_state
+from launch.train import Diverged, Trainer, UnevenEpisodes, checkpoint_dirs, resume_state
 
 __all__ = ["ConfigError", "main"]
 
@@ -79,6 +79,8 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         _fail(f"training diverged: {e}; {kept}", 1)
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 1)
+    except UnevenEpisodes as e:
+        _fail(str(e), 1)
     except KeyboardInterrupt:
         if checkpoint_dirs(cfg.run_dir)[0]:
             _fail(f"interrupted; the same command resumes {cfg.run_dir} from its last checkpoint "

@@ -59,6 +59,10 @@ class Diverged(RuntimeError):
         self.what, self.env_step, self.seed = what, env_step, seed
 
 
+class UnevenEpisodes(RuntimeError):
+    """Some seeds' episodes ended (terminated early) while others went on."""
+
+
 def to_batch(sample: dict[str, np.ndarray]) -> Batch:
     return Batch(**{field: sample[field] for field in Batch._fields})
 
@@ -86,7 +90,7 @@ def evaluate(eval_act, states, env, episodes: int) -> np.ndarray:
         obs, done = env.reset(), np.zeros(env.num_envs, bool)
         while not done.all():
             actions = np.asarray(eval_act(states, obs))
-            obs, rewards, terminated, truncated = env.step(actions)
+            obs, rewards, terminated, truncated = env.step(actions, active=~done)
             totals += np.where(done, 0.0, rewards)
             done |= terminated | truncated
     return totals / episodes
@@ -219,8 +223,11 @@ class Trainer:
         self.buffer.insert(loop.obs, loop.actions, rewards, next_obs, terminated, truncated)
         ended = terminated | truncated
         if ended.any() and not ended.all():
-            raise RuntimeError("seeds ended episodes at different steps; the lockstep "
-                               "vector env needs all seeds to end together")
+            early = [s for s, e in zip(self.cfg.seeds, ended, strict=True) if e]
+            raise UnevenEpisodes(f"the episodes of seeds {early} ended at env step "
+                                 f"{loop.env_step + 1} before those of the others (an lqr task "
+                                 "reaching its goal); the seeds of one process step in lockstep, "
+                                 "so train such a task with --num_seeds=1")
         if ended.all():
             loop.env_rng = self.env.get_rng_state()
             loop.obs = self.env.reset()

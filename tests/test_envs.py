@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from envs import (
     DMCEnv,
     UnknownEnvError,
+    VectorEnv,
     check_env_name,
     known_envs,
     make_env,
@@ -21,6 +22,7 @@ from envs import (
     suggest,
 )
 from envs.names import dm_suite
+from launch.train import evaluate
 
 CHEAP = ["cartpole-swingup", "pendulum-swingup", "point_mass-easy", "cheetah-run"]
 
@@ -336,3 +338,19 @@ def test_vector_env_validation_and_rng_state():
         make_vector_env("point_mass-easy", [1, 1])
     with pytest.raises(ValueError, match="at least one env"):
         make_vector_env("point_mass-easy", [])
+
+
+def test_lqr_episodes_are_cut_at_1000_steps_like_every_other_task():
+    env = make_env("lqr-lqr_2_1", seed=0, action_repeat=8)
+    env.reset()
+    _, rewards, terminated, truncated = run_episode(env, np.zeros((200, env.act_dim)))
+    assert len(rewards) == 125 and truncated[-1] and not terminated.any()
+
+
+def test_evaluation_steps_only_the_envs_whose_episodes_go_on():
+    envs = VectorEnv([DMCEnv(FakeEnv([-1], [1], length=n, terminal=True), "fake")
+                      for n in (2, 4)])
+    zeros = lambda states, obs: np.zeros((2, 1))
+    np.testing.assert_array_equal(evaluate(zeros, None, envs, episodes=2), [1 + 2, 1 + 2 + 3 + 4])
+    for env, n in zip(envs.envs, (2, 4), strict=True):
+        assert len(env.env.actions) == 2 * n, "an ended episode is not stepped again"
