@@ -4,7 +4,10 @@ Importing it sets the framework's XLA:CPU options (`launch.xla_flags`), so the b
 measure what training runs with; SINGULARCLIP_STOCK_XLA=1 measures stock XLA instead.
 """
 
+import collections
+import math
 import os
+import re
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -18,6 +21,53 @@ from agents import make_agent
 from agents.common import Batch
 from launch.config import TrainConfig
 from launch.train import Trainer
+
+
+class Product(collections.namedtuple("Product", "lhs rhs dims")):
+    """A dot's operand shapes and dimension numbers ((contracting), (batch)), hashable."""
+
+    @property
+    def flops(self) -> float:
+        """2 x batch x lhs-free x contracting x rhs-free sizes."""
+        (_, rhs_contracting), (_, rhs_batch) = self.dims
+        rhs_free = [d for i, d in enumerate(self.rhs) if i not in rhs_contracting + rhs_batch]
+        return 2.0 * math.prod(self.lhs) * math.prod(rhs_free)
+
+    def describe(self) -> str:
+        (lc, rc), (lb, rb) = self.dims
+        return (f"{list(self.lhs)} x {list(self.rhs)}, contracting {list(lc)}/{list(rc)}"
+                + (f", batch {list(lb)}/{list(rb)}" if lb else ""))
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in text.split(",") if d)
+
+
+def products(hlo: str) -> tuple[list[tuple[Product, str]], list[str]]:
+    """Each dot of a compiled module's HLO text as (Product, op name), and the names of dots
+    whose operands are not in row-major layout (timed alone, XLA may lay them out otherwise)."""
+    shapes = {m.group(1): (_ints(m.group(2)), _ints(m.group(3))) for m in re.finditer(
+        r"%([\w.\-]+) = \w+\[([\d,]*)\]\{([\d,]*)\}", hlo)}
+    found, other_layout = [], []
+    for m in re.finditer(r"%([\w.\-]+) = \w+\[[\d,]*\]\{[\d,]*\} dot\(%([\w.\-]+), "
+                         r"%([\w.\-]+)\)([^\n]*)", hlo):
+        name, lhs, rhs, rest = m.groups()
+
+        def attr(key, rest=rest):
+            found_attr = re.search(key + r"=\{([\d,]*)\}", rest)
+            return _ints(found_attr.group(1)) if found_attr else ()
+
+        dims = ((attr("lhs_contracting_dims"), attr("rhs_contracting_dims")),
+                (attr("lhs_batch_dims"), attr("rhs_batch_dims")))
+        for operand in (lhs, rhs):
+            rank = len(shapes[operand][0])
+            if shapes[operand][1] != tuple(range(rank - 1, -1, -1)):
+                other_layout.append(name)
+        op = re.search(r'op_name="([^"]*)"', rest)
+        where = re.sub(r"^.*closed_call/|/cond/branch_\d+_fun|/dot_general$|vmap\([^)]*\)/|net/",
+                       "", op.group(1)) if op else "(no op name)"
+        found.append((Product(shapes[lhs][0], shapes[rhs][0], dims), where))
+    return found, sorted(set(other_layout))
 
 
 def xla_flags() -> str:
@@ -110,6 +160,7 @@ class CompiledUpdate(NamedTuple):
     call: Callable[[], None]  # one update call, waited on; it trains the states on
     step_flops: float  # one gradient step's FLOPs, from XLA's cost analysis
     compile_seconds: float  # lowering and compiling the UTD update
+    step_matmul_flops: float  # those of its matmuls alone (the dots of its HLO)
 
 
 def compile_update(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int,
@@ -139,7 +190,9 @@ def compile_update(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batc
         carry[0], _ = compiled(carry[0], batches)  # the donated states are updated in place
         jax.block_until_ready(carry[0])
 
-    return CompiledUpdate(compiled, call, step_flops, compile_seconds)
+    # The scan's body appears once in the HLO text: its dots are one gradient step's.
+    matmul_flops = sum(p.flops for p, _ in products(compiled.as_text())[0])
+    return CompiledUpdate(compiled, call, step_flops, compile_seconds, matmul_flops)
 
 
 class UpdateSpeed(NamedTuple):
@@ -162,6 +215,7 @@ class UpdateAgainstPeak(NamedTuple):
     fractions: list[float]  # achieved FLOP/s over the matmul peak timed just before, per round
     peaks: list[float]  # that peak, FLOP/s, per round
     compile_seconds: float
+    matmul_share: float  # the matmuls' part of the FLOPs counted (the rest: elementwise work)
 
 
 def update_against_peak(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batch: int,
@@ -177,7 +231,8 @@ def update_against_peak(agent, obs_dim: int, act_dim: int, seeds: int, utd: int,
         seconds = best_time(update.call, repeats=5, min_seconds=2.0)
         rates.append(seeds * utd / seconds)
         fractions.append(update.step_flops * utd / seconds / peaks[-1])
-    return UpdateAgainstPeak(rates, fractions, peaks, update.compile_seconds)
+    return UpdateAgainstPeak(rates, fractions, peaks, update.compile_seconds,
+                             update.step_matmul_flops / update.step_flops)
 
 
 def env_seconds(env, steps: int, rng: np.random.Generator, between=None) -> float:

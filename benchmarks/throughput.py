@@ -12,10 +12,20 @@ several points) next to the fractions that the critics' layers' matmuls reach al
 seconds its compilation took; end-to-end training steps/s at UTD 1 and 8, against the sum of
 env, update and eval time measured apart in between (the loop's overhead), in --rounds rounds
 and their median. Each round evaluates as often, per training step, as a run with the default
-settings does (one episode per 1,000 steps: 10 every 10,000); the spectral and feature
+settings does (one episode per 1,000 steps: 10 every 10,000; with --quick, one per 300, so
+more often); the spectral and feature
 diagnostics that a run writes with each evaluation are timed apart and added at their default
 frequency (once per 10,000 steps), since a round is shorter than the interval between two of
-them. `python benchmarks/loop_breakdown.py` splits that overhead into its parts.
+them. The rounds write no checkpoint (the default writes one every 50,000 steps: 1.6 s for a
+full humanoid buffer, `benchmarks/checkpoint.py`, about 0.5 % of that stretch at UTD 1) and
+sample a buffer of a few thousand transitions, which stays in the CPU caches (a full 1M one
+samples more slowly): a long run's loop adds somewhat more than these rounds measure.
+`python benchmarks/loop_breakdown.py` splits that overhead into its parts.
+
+"Seed-updates/s" counts gradient steps times seeds per second: a UTD-8 update call for 4 seeds
+is 32 seed-updates. The fraction of the peak divides all the FLOPs XLA's cost analysis counts
+for the update (elementwise work too) by the peak; the line after it gives the matmuls' share
+of them and the fraction in matmul FLOPs alone.
 """
 
 import tempfile
@@ -108,7 +118,7 @@ def main(_):
 
     agent = make_agent("sac")
     for seeds in map(int, FLAGS.seeds):
-        rates, fractions, peaks, compile_seconds = update_against_peak(
+        rates, fractions, peaks, compile_seconds, share = update_against_peak(
             agent, 67, 21, seeds=seeds, utd=8, batch=256, peak_size=size,
             rounds=FLAGS.update_rounds)
         print(f"SAC update, UTD 8, {seeds} seed(s): {np.median(rates):.0f} seed-updates/s = "
@@ -117,13 +127,16 @@ def main(_):
               f"{min(rates):.0f}-{max(rates):.0f} seed-updates/s, {100 * min(fractions):.1f}-"
               f"{100 * max(fractions):.1f} % of {min(peaks) / 1e9:.0f}-{max(peaks) / 1e9:.0f} "
               f"GFLOP/s; compiled in {compile_seconds:.1f} s)")
+        print(f"  those are all the FLOPs XLA's cost analysis counts; the matmuls are "
+              f"{100 * share:.1f} % of them: counting only theirs, "
+              f"{100 * share * np.median(fractions):.1f} % of the peak")
         peak = np.median(peaks)
         first, hidden = critic_layer_flops(seeds, 88), critic_layer_flops(seeds, 256)
         print(f"  its critics' layers' matmuls alone (forward, input and weight gradient, "
               f"{2 * seeds} critics batched): {100 * hidden / peak:.1f} % of the peak for the "
               f"256x256 hidden layer, {100 * first / peak:.1f} % for the 88x256 first layer")
 
-    for utd, steps in ((1, 2000), (8, 700)):
+    for utd, steps in ((1, 2000), (8, 1000)):  # whole thousands: the default eval share
         steps = 300 if quick else steps
         rounds, diagnose = end_to_end(utd, steps, FLAGS.rounds)
         every = TrainConfig().eval_every
