@@ -134,7 +134,7 @@ def interrupts_deferred():
         return
     if callable(previous):  # Python's default_int_handler raises KeyboardInterrupt
         previous(signal.SIGINT, None)
-    else:  # SIG_DFL (or a handler Python did not install): deliver it again
+    else:  # SIG_DFL: deliver it again
         os.kill(os.getpid(), signal.SIGINT)
 
 

@@ -238,19 +238,13 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
 
 
-def _int_list(name: str, values: Sequence[str]) -> tuple[int, ...]:
+def _number_list(name: str, values: Sequence[str], kind: type = int) -> tuple:
+    """A list flag's items as `kind` (int or float), or ConfigError naming the flag."""
     try:
-        return tuple(int(v) for v in values)
+        return tuple(kind(v) for v in values)
     except ValueError:
-        raise ConfigError(f"--{name} must be a comma-separated list of integers, got "
-                          f"{','.join(values)!r}") from None
-
-
-def _float_list(name: str, values: Sequence[str]) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in values)
-    except ValueError:
-        raise ConfigError(f"--{name} must be a comma-separated list of numbers, got "
+        what = "integers" if kind is int else "numbers"
+        raise ConfigError(f"--{name} must be a comma-separated list of {what}, got "
                           f"{','.join(values)!r}") from None
 
 
@@ -259,9 +253,10 @@ def config_from_flags(agent: str) -> TrainConfig:
     f = flags.FLAGS
     fields = {field.name for field in dataclasses.fields(TrainConfig)} - {"agent"}
     values = {name: f[name].value for name in fields}
-    values["intervention_steps"] = _int_list("intervention_steps", values["intervention_steps"])
+    values["intervention_steps"] = _number_list("intervention_steps",
+                                                values["intervention_steps"])
     values["clip_parts"] = tuple(values["clip_parts"])
-    values["dormant_taus"] = _float_list("dormant_taus", values["dormant_taus"])
+    values["dormant_taus"] = _number_list("dormant_taus", values["dormant_taus"], float)
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)
     if f["clip_ns_steps"].present and cfg.clip_method != "newton_schulz":

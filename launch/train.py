@@ -413,16 +413,13 @@ class Trainer:
                    disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}", **every)
         last_return, started = float("nan"), time.time() - loop.wall_time
         try:
-            try:  # the bar's last redraw comes before any error message, not after it
-                while loop.env_step < cfg.max_steps:
-                    returns = self.iteration(loop, started)
-                    if returns is not None:
-                        last_return = float(np.mean(returns))
-                    bar.update(1)
-                    if loop.env_step % 100 == 0:
-                        bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
-            finally:
-                bar.close()
+            while loop.env_step < cfg.max_steps:
+                returns = self.iteration(loop, started)
+                if returns is not None:
+                    last_return = float(np.mean(returns))
+                bar.update(1)
+                if loop.env_step % 100 == 0:
+                    bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
             if self.last_checkpoint != loop.env_step:
                 self.save(loop)
         except Diverged as e:  # recorded in the run directory, where aggregation looks
@@ -430,6 +427,8 @@ class Trainer:
                 self.files.write_diverged({"env_step": e.env_step, "seed": e.seed,
                                            "what": e.what, "seeds_stopped": cfg.seeds})
             raise
+        finally:  # the bar's last redraw comes before any error message, not after it
+            bar.close()
         self.files.write_done({"env_step": loop.env_step, "wall_time": loop.wall_time})
         self.checkpointer.keep_latest_only()  # the final agent stays; half the disk goes
         self.files.close()

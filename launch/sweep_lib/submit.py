@@ -275,7 +275,7 @@ def _extra_flags(extra: Sequence[str]) -> dict[str, str]:
     flags = {}
     for arg in extra:
         name, _, value = arg.lstrip("-").partition("=")
-        if name.removeprefix("no") not in HARMLESS_EXTRA:
+        if arg.startswith("-") and name.removeprefix("no") not in HARMLESS_EXTRA:
             flags[name] = value
     return flags
 
@@ -308,10 +308,7 @@ def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
         config = read_json(os.path.join(spec.run_dir(logdir), "config.json"))
         wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
                   "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
-        for arg in spec.extra:  # --name=value flags that config.json records
-            name, _, value = arg.lstrip("-").partition("=")
-            if arg.startswith("-") and value:
-                wanted[name] = value
+        wanted.update({n: v for n, v in _extra_flags(spec.extra).items() if v})
         differ = []
         for name, value in wanted.items():
             there = recorded_setting(config, name)
