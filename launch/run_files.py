@@ -119,6 +119,17 @@ class RunFiles:
             handle.write(f"{env_step} {ret:.6g}\n")
             handle.flush()
 
+    def last_eval_return(self) -> float | None:
+        """The mean over seeds of the newest eval.csv row's returns (a resumed run's last
+        evaluation), or None before the first evaluation."""
+        self._files["eval.csv"].flush()
+        with open(os.path.join(self.run_dir, "eval.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+        if not rows:
+            return None
+        newest = [float(r["return"]) for r in rows if r["env_step"] == rows[-1]["env_step"]]
+        return sum(newest) / len(newest)
+
     def write_train(self, env_step: int, metrics: dict[str, Sequence[float]]) -> None:
         self._rows("train.csv", [(env_step, seed, name, f"{values[i]:.6g}")
                                  for name, values in sorted(metrics.items())

@@ -409,16 +409,19 @@ class Trainer:
         # Redrawn up to 10 times a second on a terminal; every 30 s into a file (a sweep job's
         # log), where tqdm's own redraw every maxinterval would come sooner.
         every = {} if sys.stderr.isatty() else {"mininterval": 30.0, "maxinterval": 30.0}
+        last_return = self.files.last_eval_return()  # a resumed run's, until it evaluates
+        shown = {} if last_return is None else {"eval_return": f"{last_return:.1f}"}
         bar = tqdm(total=cfg.max_steps, initial=loop.env_step, unit="step", dynamic_ncols=True,
-                   disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}", **every)
-        last_return, started = float("nan"), time.time() - loop.wall_time
+                   disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}", postfix=shown,
+                   **every)
+        started = time.time() - loop.wall_time
         try:
             while loop.env_step < cfg.max_steps:
                 returns = self.iteration(loop, started)
                 if returns is not None:
                     last_return = float(np.mean(returns))
                 bar.update(1)
-                if loop.env_step % 100 == 0:
+                if loop.env_step % 100 == 0 and last_return is not None:
                     bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
             if self.last_checkpoint != loop.env_step:
                 self.save(loop)

@@ -4,6 +4,7 @@ again, must write eval.csv returns identical bit for bit to an uninterrupted run
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -198,8 +199,16 @@ def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith("error: interrupted; the same command resumes")
-    resumed = run("run_sac.py", *args)
+    resumed = run("run_sac.py", *args, "--progress=true")
     assert "resumed from the checkpoint" in resumed.stderr
+    # The progress bar shows the evaluation before the checkpoint from its first line on.
+    step = re.search(r"resumed from the checkpoint at env step (\d+)", resumed.stderr)[1]
+    returns = [float(r["return"]) for r in read_csv(run_dir(tmp_path, "none") / "eval.csv")
+               if r["env_step"] == step]
+    first_bar = next(line for line in resumed.stderr.replace("\r", "\n").splitlines()
+                     if line.startswith("sac cartpole-swingup"))
+    mean = sum(returns) / len(returns)
+    assert f"eval_return={mean:.1f}" in first_bar, first_bar
 
 
 @pytest.mark.parametrize("resume, again", [("auto", "the same command starts it over"),
