@@ -188,8 +188,11 @@ class Checkpointer:
         for step in reversed(steps):
             try:
                 return self._restore(step, device_template)
-            except MemoryError:
-                raise  # not the checkpoint's fault: keep it
+            except MemoryError:  # not the checkpoint's fault: keep it
+                raise CannotResume(f"restoring the checkpoint at env step {step} in "
+                                   f"{self.directory} ran out of memory; it is kept, and the "
+                                   "same command resumes from it on a machine with more "
+                                   "free memory") from None
             except Exception as e:  # orbax/tensorstore raise many types for bad files
                 aside = os.path.join(self.directory, f"corrupt_{step}")
                 print(f"warning: checkpoint at env step {step} in {self.directory} cannot be "

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from launch.checkpoint import CheckpointCorrupt, Checkpointer, interrupts_deferred
+from launch.run_files import CannotResume
 
 
 def device_tree(value: float):
@@ -78,6 +79,21 @@ def test_all_corrupt_is_an_error(saved):
         os.remove(os.path.join(saved.directory, str(step), "host", "index.json"))
     with pytest.raises(CheckpointCorrupt, match="none of the checkpoints"):
         saved.restore_latest(device_tree(0.0))
+
+
+@pytest.mark.parametrize("error", [MemoryError, KeyboardInterrupt])
+def test_running_out_of_memory_or_a_ctrl_c_while_restoring_keeps_the_checkpoint(saved, error,
+                                                                                 monkeypatch):
+    def fail(*args, **kwargs):
+        raise error()
+
+    monkeypatch.setattr(saved, "_restore", fail)
+    raised = CannotResume if error is MemoryError else KeyboardInterrupt
+    with pytest.raises(raised, match="ran out of memory; it is kept" if raised is CannotResume
+                       else None):
+        saved.restore_latest(device_tree(0.0))
+    assert saved.steps() == [2, 3]
+    assert not [n for n in os.listdir(saved.directory) if n.startswith("corrupt_")]
 
 
 def test_empty_directory_restores_nothing(tmp_path):
