@@ -185,3 +185,38 @@ def test_the_eval_envs_are_seeded_by_the_eval_seed_offset(monkeypatch):
         train.Trainer(agent, TrainConfig(env="cartpole-swingup", seed=3, num_seeds=2,
                                          eval_seed_offset=100))
     assert seen == [[3, 4], [103, 104]]
+
+
+def test_episodes_ending_for_some_seeds_only_stop_the_run_naming_them(monkeypatch, tmp_path):
+    class FirstSeedEndsEarly:
+        """The train env, but seed 3's episode terminates at the third step (as an lqr
+        task's does when it reaches its goal) while seed 4's goes on."""
+
+        def __init__(self, env):
+            self.env, self.steps = env, 0
+
+        def __getattr__(self, name):
+            return getattr(self.env, name)
+
+        def step(self, actions, **kwargs):
+            obs, rewards, terminated, truncated = self.env.step(actions, **kwargs)
+            self.steps += 1
+            if self.steps == 3:
+                terminated = np.array([True, False])
+            return obs, rewards, terminated, truncated
+
+    made = []
+
+    def make(name, seeds, action_repeat=1):
+        env = make_vector_env(name, seeds, action_repeat)
+        made.append(env)
+        return FirstSeedEndsEarly(env) if len(made) == 1 else env
+
+    monkeypatch.setattr(train, "make_vector_env", make)
+    agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    trainer = train.Trainer(agent, TrainConfig(env="cartpole-swingup", seed=3, num_seeds=2,
+                                               max_steps=100, start_steps=50, eval_episodes=1,
+                                               progress=False, logdir=str(tmp_path)))
+    with pytest.raises(train.UnevenEpisodes, match=r"episodes of seeds \[3\] ended at env step "
+                                                   r"3 .* --num_seeds=1"):
+        trainer.run()
