@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.sweep_lib.grid import SweepError
+from launch.sweep_lib import submit
+from launch.sweep_lib.grid import JobSpec, SweepError
 from launch.sweep_lib.state import SweepPaths, read_json
 from launch.sweep_lib.submit import ExecutorOptions, job_env
 
@@ -267,3 +268,38 @@ def test_slurm_without_slurm_leaves_no_records(tmp_path, scripts):
     status = sweep(logdir, scripts, "--envs=cheetah-run", "--status")
     assert status.stdout.splitlines() == ["pending     sac/cheetah-run/none-utd1-seed0",
                                           "1 pending"], status.stdout
+
+
+@pytest.mark.parametrize("started", [0, 1])
+def test_workers_that_fail_to_start(tmp_path, monkeypatch, started):
+    """No worker starts: the jobs are recorded as interrupted (a relaunch submits them) and the
+    sweep stops with the reason. One starts and the next fails: the sweep goes on with one."""
+
+    class Worker:
+        job_id = str(os.getpid())
+
+    class Executor:
+        submitted = 0
+
+        def submit(self, job):
+            if self.submitted == started:
+                raise OSError("Resource temporarily unavailable")
+            self.submitted += 1
+            return Worker()
+
+    monkeypatch.setattr(submit, "make_executor", lambda options, folder: Executor())
+    specs = [JobSpec("sac", "cartpole-swingup", "none", 1, seed, 1) for seed in (0, 1)]
+    paths = SweepPaths(str(tmp_path))
+    options = ExecutorOptions(max_parallel=2)
+    if started == 0:
+        with pytest.raises(SweepError, match="submitting the jobs failed: Resource temporarily"):
+            submit.launch(specs, paths, options)
+        for spec in specs:
+            record = read_json(paths.record(spec.key))
+            assert record["state"] == "interrupted"
+            assert record["detail"] == "submission failed: Resource temporarily unavailable"
+    else:
+        launch_id = submit.launch(specs, paths, options)
+        launched = read_json(paths.launch(launch_id))
+        assert launched["submitted"] and len(launched["workers"]) == 1
+        assert {read_json(paths.record(s.key))["state"] for s in specs} == {"queued"}
