@@ -176,6 +176,18 @@ def schedule_warning(cfg: TrainConfig) -> str | None:
             f"--max_steps={cfg.max_steps}, and a run intervenes only before its last step")
 
 
+def seed_warning(cfg: TrainConfig) -> str | None:
+    """A line when some train env is seeded like an eval env (seed s + offset is also a train
+    seed of this process), or None."""
+    if cfg.eval_seed_offset >= cfg.num_seeds:
+        return None
+    first = cfg.seed + cfg.eval_seed_offset
+    return (f"the eval env of seed {cfg.seed} has dm_control seed {first}, which the train env of "
+            f"seed {first} has too (--num_seeds={cfg.num_seeds} is above --eval_seed_offset="
+            f"{cfg.eval_seed_offset}), so their episodes start alike; --eval_seed_offset="
+            f"{cfg.num_seeds} or more keeps them apart")
+
+
 def define_flags(defaults: TrainConfig) -> None:
     """Define the flags every run script shares, with this agent's defaults."""
     d = defaults

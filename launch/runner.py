@@ -18,6 +18,7 @@ from launch.config import (
     config_from_flags,
     one_line_flag_parser,
     schedule_warning,
+    seed_warning,
     validate,
 )
 from launch.events import check_clip_parts
@@ -67,8 +68,9 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     if state == "done":
         print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
         return
-    if (warning := schedule_warning(cfg)) is not None:
-        print(f"warning: {warning}", file=sys.stderr)
+    for warning in (schedule_warning(cfg), seed_warning(cfg)):
+        if warning is not None:
+            print(f"warning: {warning}", file=sys.stderr)
     try:  # a Ctrl-C from the banner on is answered with what the run directory holds
         print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
               f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr, flush=True)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from agents.sac import SACConfig
-from launch.config import ConfigError, TrainConfig, schedule_warning
+from launch.config import ConfigError, TrainConfig, schedule_warning, seed_warning
 from launch.run_files import config_record
 from launch.train import resume_state
 from tests.runs import FAST_SAC, run
@@ -169,3 +169,13 @@ def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
                "--max_steps=300", "--start_steps=100", "--eval_every=300",
                "--intervention=reset", "--intervention_steps=300", timeout=120)
     assert proc.stderr.startswith("warning: --intervention_steps 300 never happen")
+
+
+def test_train_envs_seeded_like_eval_envs_are_warned_about():
+    assert seed_warning(TrainConfig(seed=5, num_seeds=42)) is None  # seeds 5..46, eval 47..88
+    assert seed_warning(TrainConfig(seed=5, num_seeds=43)) == (
+        "the eval env of seed 5 has dm_control seed 47, which the train env of seed 47 has too "
+        "(--num_seeds=43 is above --eval_seed_offset=42), so their episodes start alike; "
+        "--eval_seed_offset=43 or more keeps them apart")
+    assert seed_warning(TrainConfig(num_seeds=1, eval_seed_offset=0)).startswith(
+        "the eval env of seed 0 has dm_control seed 0, which the train env of seed 0 has too")
