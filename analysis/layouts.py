@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import io
 import json
 import warnings
 from collections.abc import Sequence
@@ -153,28 +154,44 @@ def _is_project_run_dir(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / "eval.csv").is_file()
 
 
-def read_project_run_dir(run_dir: Path) -> list[Run]:
-    """One run dir (config.json + eval.csv) -> one Run per seed found in eval.csv."""
+def _eval_rows(path: Path) -> csv.DictReader:
+    """eval.csv's rows, less a last row without its line end (being written as it is read),
+    which is left out with a warning."""
+    with reading(path):
+        text = path.read_text()
+    cut = text.rfind("\n") + 1
+    if 0 < cut < len(text):  # after a whole header line
+        warnings.warn(f"{path}: its last row ({text[cut:]!r}) has no line end, as when read "
+                      "while it is being written; left out", AggregationWarning, stacklevel=3)
+        text = text[:cut]
+    return csv.DictReader(io.StringIO(text, newline=""))
+
+
+def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
+    """One run dir (config.json + eval.csv) -> one Run per seed found in eval.csv, with run ids
+    `<name>/seed<seed>` (name: the run dir's name unless given)."""
     with reading(run_dir / "config.json"):
         config = json.loads((run_dir / "config.json").read_text())
     if not isinstance(config, dict) or "env" not in config:
         raise AggregationError(f"{run_dir / 'config.json'}: expected a JSON object with an "
                                "'env' key")
     config = with_added_settings(config)  # a run recorded before a setting existed has its value
-    with reading(run_dir / "eval.csv"), open(run_dir / "eval.csv", newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in EVAL_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise AggregationError(f"{run_dir / 'eval.csv'}: missing columns {missing}; "
-                                   f"expected a header with {', '.join(EVAL_COLUMNS)}")
-        rows: dict[str, list[tuple[int, float]]] = {}
-        for row in reader:
-            try:
-                entry = (int(float(row["env_step"])), float(row["return"]))
-            except (TypeError, ValueError):
-                raise AggregationError(f"{run_dir / 'eval.csv'}:{reader.line_num}: expected "
-                                       f"numbers for env_step and return, got {row}") from None
-            rows.setdefault(row["seed"], []).append(entry)
+    reader = _eval_rows(run_dir / "eval.csv")
+    missing = [c for c in EVAL_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise AggregationError(f"{run_dir / 'eval.csv'}: missing columns {missing}; "
+                               f"expected a header with {', '.join(EVAL_COLUMNS)}")
+    rows: dict[str, list[tuple[int, float]]] = {}
+    for row in reader:
+        try:
+            if None in row.values() or None in row:  # fewer or more fields than the header
+                raise ValueError
+            entry = (int(float(row["env_step"])), float(row["return"]))
+        except (TypeError, ValueError):
+            raise AggregationError(f"{run_dir / 'eval.csv'}:{reader.line_num}: expected "
+                                   f"{', '.join(reader.fieldnames)}, with numbers for "
+                                   f"env_step and return, got {row}") from None
+        rows.setdefault(row["seed"], []).append(entry)
     expected = config.get("num_seeds")
     if isinstance(expected, int) and len(rows) < expected:
         warnings.warn(f"{run_dir}: eval.csv has {len(rows)} of num_seeds={expected} seeds",
@@ -183,7 +200,7 @@ def read_project_run_dir(run_dir: Path) -> list[Run]:
     runs = []
     for seed in sorted(rows, key=lambda s: (len(s), s)):
         steps, returns = zip(*rows[seed], strict=True)
-        run = _make_run(config["env"], f"{run_dir.name}/seed{seed}", steps, returns,
+        run = _make_run(config["env"], f"{name or run_dir.name}/seed{seed}", steps, returns,
                         f"{run_dir / 'eval.csv'} seed {seed}", config)
         if run is not None and diverged is not None:
             step, bad = diverged.get("env_step"), diverged.get("seed")
@@ -239,7 +256,12 @@ def load_runs(root: Path, npy_eval_every: int = 25_000,
     root = Path(root)
     layout = detect_layout(root)
     if layout == "project":
-        runs = [r for d in find_project_run_dirs(root) for r in read_project_run_dir(d)]
+        runs = [r for d in find_project_run_dirs(root)
+                for r in read_project_run_dir(d, None if d == root else str(d.relative_to(root)))]
+        for config in sorted(root.rglob("config.json")):
+            if not (config.parent / "eval.csv").is_file():
+                warnings.warn(f"{config.parent}: config.json but no eval.csv; skipped",
+                              AggregationWarning, stacklevel=2)
     elif layout == "npy":
         runs = read_npy_dir(root, npy_eval_every, npy_first_step)
     else:

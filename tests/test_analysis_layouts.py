@@ -41,9 +41,10 @@ def test_project_runs_are_found_at_any_depth_one_run_per_seed(tmp_path):
     assert detect_layout(tmp_path) == "project"
     layout, runs = load_runs(tmp_path / "sac")
     assert layout == "project"
-    assert sorted((r.task, r.run_id) for r in runs) == [
-        ("cheetah-run", "a/seed0"), ("cheetah-run", "a/seed1"), ("walker-run", "b/seed0")]
-    run = next(r for r in runs if r.run_id == "a/seed1")
+    assert sorted((r.task, r.run_id) for r in runs) == [  # run ids: paths below --runs
+        ("cheetah-run", "cheetah-run/a/seed0"), ("cheetah-run", "cheetah-run/a/seed1"),
+        ("walker-run", "walker-run/b/seed0")]
+    run = next(r for r in runs if r.run_id == "cheetah-run/a/seed1")
     np.testing.assert_array_equal(run.steps, [10_000, 20_000, 30_000])
     np.testing.assert_array_equal(run.returns, [15.0, 25.0, 35.0])
     _, single = load_runs(tmp_path / "sac" / "walker-run" / "b")
@@ -60,7 +61,8 @@ def test_a_seed_in_two_run_dirs_of_one_algorithm_warns(tmp_path):
     write_project_run(tmp_path, "cheetah-run", "none-utd1-seed0", {0: curve(0), 1: curve(1)})
     write_project_run(tmp_path, "cheetah-run", "none-utd1-seed1", {1: curve(1)}, seed=1)
     with pytest.warns(AggregationWarning, match=r"1 seed\(s\) appear in more than one run dir.*"
-                      r"seed 1 on cheetah-run in none-utd1-seed0, none-utd1-seed1"):
+                      r"seed 1 on cheetah-run in sac/cheetah-run/none-utd1-seed0, "
+                      r"sac/cheetah-run/none-utd1-seed1"):
         datasets, _ = load_datasets([str(tmp_path)], group_by=["intervention"])
     assert len(datasets["intervention=none"]) == 3
 
@@ -120,8 +122,36 @@ def test_malformed_eval_csv_row_names_file_and_line(tmp_path):
     run_dir = write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0)})
     with open(run_dir / "eval.csv", "a") as fh:
         fh.write("40000,0,nan?,1.0\n")
-    with pytest.raises(AggregationError, match=r"eval.csv:5: expected numbers"):
+    with pytest.raises(AggregationError, match=r"eval.csv:5: expected env_step, seed, return, "
+                                               r"wall_time, with numbers"):
         load_runs(tmp_path)
+
+
+def test_a_row_with_fields_missing_is_an_error_and_a_last_row_being_written_is_left_out(
+        tmp_path):
+    run_dir = write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0)})
+    with open(run_dir / "eval.csv", "a") as fh:
+        fh.write("40000,0,26")  # '40000,0,263.5,4.5\n' half written
+    with pytest.warns(AggregationWarning, match=r"last row \('40000,0,26'\) has no line end"):
+        _, runs = load_runs(tmp_path)
+    np.testing.assert_array_equal(runs[0].steps, [10_000, 20_000, 30_000])
+    with open(run_dir / "eval.csv", "a") as fh:
+        fh.write("\n")  # now a whole row, without its wall_time
+    with pytest.raises(AggregationError, match=r"eval.csv:5: expected env_step, seed, return, "
+                                               r"wall_time"):
+        load_runs(tmp_path)
+
+
+def test_run_ids_are_paths_below_the_runs_entry_and_dirs_without_eval_csv_warn(tmp_path):
+    for logdir in ("first", "second"):
+        write_project_run(tmp_path / logdir, "cheetah-run", "none-utd1-seed0", {0: curve(0)})
+    (tmp_path / "third" / "sac" / "cheetah-run" / "none-utd1-seed0").mkdir(parents=True)
+    (tmp_path / "third" / "sac" / "cheetah-run" / "none-utd1-seed0" / "config.json").write_text(
+        json.dumps({"env": "cheetah-run"}))
+    with pytest.warns(AggregationWarning, match="none-utd1-seed0: config.json but no eval.csv"):
+        _, runs = load_runs(tmp_path)
+    assert sorted(r.run_id for r in runs) == ["first/sac/cheetah-run/none-utd1-seed0/seed0",
+                                              "second/sac/cheetah-run/none-utd1-seed0/seed0"]
 
 
 @pytest.mark.parametrize("layout", ["config.json", "eval.csv", "txt", "npy"])
@@ -179,7 +209,7 @@ def test_a_diverged_run_is_dropped_with_the_reason_from_its_diverged_json(tmp_pa
     (run_dir / "diverged.json").write_text(json.dumps(
         {"env_step": 14_000, "seed": 1, "what": "critic_loss is nan", "seeds_stopped": [0, 1]}))
     write_project_run(tmp_path, "cheetah-run", "b", {2: curve(1)})
-    _, runs = load_runs(tmp_path / "sac")
+    _, runs = load_runs(tmp_path / "sac" / "cheetah-run")
     with pytest.warns(AggregationWarning) as caught:
         scores = final_scores(runs, ["cheetah-run"], 30_000)
     assert scores.run_ids == (("b/seed2",),)
@@ -194,7 +224,7 @@ def test_a_diverged_run_is_left_out_of_the_curves_instead_of_cutting_them(tmp_pa
     (diverged / "diverged.json").write_text(json.dumps(
         {"env_step": 14_000, "seed": 0, "what": "critic_loss is nan", "seeds_stopped": [0]}))
     write_project_run(tmp_path, "cheetah-run", "b", {1: curve(1), 2: curve(2)})
-    _, runs = load_runs(tmp_path / "sac")
+    _, runs = load_runs(tmp_path / "sac" / "cheetah-run")
     with pytest.warns(AggregationWarning, match="stopped early and are left out of the "
                       "sample-efficiency curve: cheetah-run/a/seed0 \\(diverged at env step"):
         steps, scores = curve_scores(runs, ["cheetah-run"])
@@ -214,7 +244,7 @@ def test_runs_recorded_before_a_setting_existed_group_by_the_value_they_ran_with
     write_project_run(tmp_path, "cheetah-run", "old", {0: curve(0)})  # no init_scale recorded
     write_project_run(tmp_path, "cheetah-run", "new", {1: curve(1)}, clip_ns_steps=8,
                       agent_config=dict(hidden_dims=[256, 256], init_scale=0.5))
-    _, runs = load_runs(tmp_path / "sac")
+    _, runs = load_runs(tmp_path / "sac" / "cheetah-run")
     groups = group_runs(runs, ["agent_config.init_scale", "clip_ns_steps"])
     assert {label: [r.run_id for r in rs] for label, rs in groups.items()} == {
         "agent_config.init_scale=0.5,clip_ns_steps=8": ["new/seed1"],
