@@ -39,6 +39,22 @@ def _warn_repeated_seeds(label: str, runs: Sequence[Run]) -> None:
                       AggregationWarning, stacklevel=3)
 
 
+def _warn_missing_runs(path: str, groups: dict[str, list[Run]]) -> None:
+    """Warn when a task of one --runs entry's algorithms has fewer runs than another (a seed or
+    a run dir of a sweep missing): on the tasks of an algorithm, and across the algorithms
+    --group_by splits the entry into."""
+    counts: dict[tuple[str, str], int] = {}
+    for label, runs in groups.items():
+        for run in runs:
+            counts[label, run.task] = counts.get((label, run.task), 0) + 1
+    most = max(counts.values(), default=0)
+    short = [f"{label} on {task} ({n}/{most})" for (label, task), n in sorted(counts.items())
+             if n < most]
+    if short:
+        warnings.warn(f"{path}: missing runs (fewer than the {most} of the most complete task): "
+                      f"{', '.join(short)}", AggregationWarning, stacklevel=3)
+
+
 def load_datasets(
     paths: Sequence[str],
     labels: Sequence[str] = (),
@@ -75,6 +91,8 @@ def load_datasets(
             elif layout == "project":
                 warn_if_pooled(runs, name)
             groups = {name: runs}
+        if layout == "project":  # the other layouts' readers count their seed files
+            _warn_missing_runs(path, groups)
         for label, group in groups.items():
             if label in datasets:
                 raise AggregationError(f"algorithm label '{label}' occurs twice; give distinct "

@@ -249,3 +249,17 @@ def test_runs_recorded_before_a_setting_existed_group_by_the_value_they_ran_with
     assert {label: [r.run_id for r in rs] for label, rs in groups.items()} == {
         "agent_config.init_scale=0.5,clip_ns_steps=8": ["new/seed1"],
         "agent_config.init_scale=1.4142135623730951,clip_ns_steps=20": ["old/seed0"]}
+
+
+def test_missing_runs_of_a_sweep_are_warned_about_across_tasks_and_groups(tmp_path):
+    for env in ("cheetah-run", "walker-run"):
+        for intervention in ("clip", "none"):
+            for seed in (0, 1):
+                if (env, intervention, seed) != ("walker-run", "none", 1):  # its dir is gone
+                    write_project_run(tmp_path, env, f"{intervention}-utd1-seed{seed}",
+                                      {seed: curve(seed)}, intervention=intervention, seed=seed)
+    with pytest.warns(AggregationWarning, match=r"missing runs \(fewer than the 2 of the most "
+                      r"complete task\): intervention=none on walker-run \(1/2\)$"):
+        load_datasets([str(tmp_path)], group_by=["intervention"])
+    with pytest.warns(AggregationWarning, match=r"missing runs .*: \S+ on walker-run \(3/4\)$"):
+        load_datasets([str(tmp_path)])
