@@ -180,6 +180,9 @@ def curve_scores(runs: Sequence[Run], tasks: Sequence[str], max_points: int = 0,
                sorted(f"{r.task}/{r.run_id} ({r.stopped})" for r in stopped
                       if r.task in kept_tasks))
     chosen = [r for r in chosen if not r.stopped or r.task not in kept_tasks]
+    _warn_runs(label, "stopped early, as did every other run of their task, and stay in the "
+               "sample-efficiency curve, which ends by their last evaluation",
+               sorted(f"{r.task}/{r.run_id} ({r.stopped})" for r in chosen if r.stopped))
     shared = chosen[0].steps
     for run in chosen[1:]:
         shared = np.intersect1d(shared, run.steps)

@@ -238,6 +238,11 @@ def test_a_diverged_run_is_left_out_of_the_curves_instead_of_cutting_them(tmp_pa
         steps, scores = curve_scores(with_other_task, ["cheetah-run", "walker-run"])
     np.testing.assert_array_equal(steps, [10_000])
     assert scores.run_ids == (("a/seed0",), ("b/seed2",))
+    # Every run stopped at the same step: the curve is short for them all, and it says why.
+    with pytest.warns(AggregationWarning, match=r"1 run\(s\) stopped early, as did every other "
+                      r"run of their task, .*: cheetah-run/a/seed0 \(diverged at env step 14000"):
+        steps, _ = curve_scores([r for r in runs if r.run_id == "a/seed0"], ["cheetah-run"])
+    np.testing.assert_array_equal(steps, [10_000])
 
 
 def test_runs_recorded_before_a_setting_existed_group_by_the_value_they_ran_with(tmp_path):
