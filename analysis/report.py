@@ -19,6 +19,17 @@ TABLES = {
 }
 
 
+COLUMNS = {  # each CSV's header, written also when the table has no rows
+    "aggregates.csv": ("algorithm", "metric", "estimate", "lower", "upper", "runs", "tasks",
+                       "min_runs_per_task", "max_runs_per_task"),
+    "probability_of_improvement.csv": ("x", "y", "probability", "lower", "upper", "tasks",
+                                       "runs_x", "runs_y"),
+    "sample_efficiency.csv": ("algorithm", "env_step", "iqm", "lower", "upper", "runs", "tasks"),
+    "performance_profiles.csv": ("algorithm", "tau", "fraction", "lower", "upper"),
+    "scores.csv": ("algorithm", "task", "run", "env_step", "score"),
+}
+
+
 def score_rows(summary: Summary) -> list[dict]:
     """One row per (algorithm, task, run): the score used and the env step it came from."""
     rows = []
@@ -84,10 +95,9 @@ def markdown(summary: Summary, sources: Sequence[Source] = (),
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
     with open(path, "w", newline="") as fh:
-        if rows:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
-            writer.writeheader()
-            writer.writerows(rows)
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS[path.name], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def write_tables(summary: Summary, out: Path, sources: Sequence[Source] = (),

@@ -119,7 +119,11 @@ def final_scores(runs: Sequence[Run], tasks: Sequence[str], step: int, window: i
     _warn_runs(label, f"have fewer than window={window} evaluations and average what they have",
                short)
     if all(len(c) == 0 for c in columns):
-        raise AggregationError(f"{label}: no run has an evaluation usable at step {step}")
+        ends = sorted({int(r.steps[-1]) for r in runs if r.task in tasks})
+        last = f"{ends[0]}" if len(ends) == 1 else f"{ends[0]} to {ends[-1]}"
+        raise AggregationError(f"{label}: no run has an evaluation usable at step {step} (the "
+                               f"runs' last evaluations are at {last}); --step sets the step "
+                               "each run is scored at")
     return ScoreMatrix(_pack(columns), tuple(tasks), tuple(ids), tuple(used_steps))
 
 

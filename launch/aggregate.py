@@ -65,6 +65,7 @@ def run(collected: list[str]) -> None:
     datasets, sources = load_datasets(FLAGS.runs, FLAGS.labels, FLAGS.group_by,
                                       FLAGS.npy_eval_every, FLAGS.npy_first_step)
     out = Path(FLAGS.out)
+    created = not out.exists()
     try:  # once the inputs are read (bad ones create nothing), before the bootstrap
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -73,7 +74,12 @@ def run(collected: list[str]) -> None:
     for x in sources:
         print(f"{x.path}: detected {x.layout} layout -> algorithm '{x.algorithm}', "
               f"{x.runs} runs on {x.tasks} tasks", file=sys.stderr)
-    summary = summarize(datasets, settings)
+    try:
+        summary = summarize(datasets, settings)
+    except AggregationError:
+        if created and not any(out.iterdir()):  # nothing to show for it: leave no empty dir
+            out.rmdir()
+        raise
     try:
         written = write_tables(summary, out, sources, collected)
         if FLAGS.plots:

@@ -121,6 +121,16 @@ def test_warnings_are_printed_and_kept_in_the_outputs(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "warning: " in result.stderr and "2 of num_seeds=4 seeds" in result.stderr
     assert "## Warnings" in result.stdout and "num_seeds=4" in result.stdout
+    # One algorithm: no comparison, but the table still opens (its header, no rows).
+    assert (tmp_path / "out" / "probability_of_improvement.csv").read_text() == (
+        "x,y,probability,lower,upper,tasks,runs_x,runs_y\n")
+    # Scored past the runs' end: the error says where they end, and no empty --out is left.
+    result = aggregate(f"--runs={logdir}", f"--out={tmp_path / 'new'}", "--plots=false")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "no run has an evaluation usable at step 1000000 (the runs' last evaluations are at "
+        "10000); --step sets the step each run is scored at")
+    assert not (tmp_path / "new").exists()
 
 
 def bad_inputs(tmp_path, logdir):
