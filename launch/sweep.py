@@ -70,7 +70,8 @@ flags.DEFINE_integer("max_parallel", 1, "Local executor: jobs running at once.")
 flags.DEFINE_boolean("no_wait", False, "Submit and exit instead of following the jobs.")
 flags.DEFINE_boolean("status", False, "Show each job's state and exit (no grid flags needed).")
 flags.DEFINE_boolean("retry_failed", False, "Launch failed jobs again too.")
-flags.DEFINE_float("poll_s", 2.0, "Seconds between checks while following the jobs.")
+flags.DEFINE_float("poll_s", 2.0, "Seconds between checks while following the jobs.",
+                   lower_bound=0.1)
 flags.DEFINE_string("partition", "", "SLURM partition (empty: the cluster's default).")
 flags.DEFINE_integer("timeout_min", 24 * 60, "SLURM time limit of a job in minutes; a job "
                      "that reaches it is requeued and resumes.")
@@ -91,7 +92,13 @@ def _extra_flags(trailing: list[str]) -> list[str]:
         if not arg.startswith("-"):
             raise SweepError(f"unexpected argument {arg!r}; flags for the run scripts go after "
                              "`--` or in --extra, as --name=value")
-    return [*split_extra(FLAGS.extra), *trailing]
+    extra = [*split_extra(FLAGS.extra), *trailing]
+    names = [arg.split("=")[0] for arg in extra]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise SweepError(f"{', '.join(twice)} given more than once for the run scripts (in "
+                         "--extra and after `--`); give each once")
+    return extra
 
 
 def grid_jobs(trailing: list[str]) -> list[JobSpec]:

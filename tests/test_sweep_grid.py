@@ -96,6 +96,7 @@ def test_presets_are_the_task_lists_of_the_published_data():
     ({"envs": "cheetah-run", "max_steps": 0}, "max_steps must be an integer >= 1, got 0"),
     ({"envs": "cheetah-run", "script_dir": "/nonexistent"}, "run script /nonexistent/run_sac.py"),
     ({"envs": "cheetah-run", "seeds": 1e400}, "seeds must be an integer, got inf"),
+    ({"envs": "cheetah-run", "seeds": True}, "seeds must be an integer, got True"),
     ({"envs": "cheetah-run", "extra": '--clip_c="2'}, "cannot split the extra flags"),
     ({"envs": "cheetah-run", "extra": 5}, "extra must be a string or a list of strings"),
     ({"envs": "cheetah-run", "utds": "1,4", "extra": "--utd=8"},
@@ -134,6 +135,9 @@ def test_grid_file_errors_name_the_entry(tmp_path):
     path.write_text("{not json")
     with pytest.raises(SweepError, match="cannot read grid file"):
         load_grid_file(str(path), {})
+    path.write_text("[]")
+    with pytest.raises(SweepError, match="grid.json: no grid in it"):
+        load_grid_file(str(path), {})
 
 
 def test_numbers_in_a_grid_file_may_be_single_values(tmp_path):
@@ -170,6 +174,9 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
     (["--envs=cheetah-rnu"], "sweep: unknown env 'cheetah-rnu'; did you mean 'cheetah-run'?"),
     (["--envs=cheetah-run", "--executor=slurm", "--max_parallel=0"],
      "sweep: --max_parallel must be >= 1, got 0"),
+    (["--envs=cheetah-run", "--poll_s=-1"], "sweep: flag --poll_s=-1: "),
+    (["--envs=cheetah-run", "--extra=--clip_c=2", "--", "--clip_c=3"],
+     "sweep: --clip_c given more than once for the run scripts (in --extra and after `--`)"),
 ])
 def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),

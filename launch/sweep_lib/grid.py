@@ -125,6 +125,8 @@ def _items(value: str | Iterable[Any] | None) -> list[str]:
 
 
 def _int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool):  # JSON true would be 1
+        raise SweepError(f"{name} must be an integer, got {value!r}")
     try:
         number = int(value)
     except (TypeError, ValueError, OverflowError):
@@ -239,6 +241,9 @@ def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:
     if isinstance(content, dict) and "grids" in content:
         content = content["grids"]
     entries = content if isinstance(content, list) else [content]
+    if not entries:
+        raise SweepError(f"{path}: no grid in it; give a JSON object with keys from "
+                         f"{', '.join(GRID_KEYS)}, or a list of them")
     grids = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
