@@ -2,7 +2,9 @@
 
 import json
 import os
+import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -220,3 +222,29 @@ def test_episodes_ending_for_some_seeds_only_stop_the_run_naming_them(monkeypatc
     with pytest.raises(train.UnevenEpisodes, match=r"episodes of seeds \[3\] ended at env step "
                                                    r"3 .* --num_seeds=1"):
         trainer.run()
+
+
+@pytest.mark.parametrize("start_steps", [0, 20])
+def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, start_steps):
+    """As in Nikishin et al.'s loop, the action after a reset is the reset agent's (it is
+    drawn again after the intervention), and without a random phase the first one is too."""
+    agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    trainer = train.Trainer(agent, TrainConfig(
+        env="cartpole-swingup", num_seeds=2, max_steps=100, start_steps=start_steps,
+        batch_size=8, intervention="reset", intervention_steps=(30,), eval_episodes=1,
+        progress=False, logdir=str(tmp_path)))
+    loop, started = trainer.start(), time.time()
+    if start_steps == 0:
+        first_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(trainer.init_keys)
+        expected, _ = trainer.sample_actions(loop.states, loop.obs, first_keys)
+        np.testing.assert_array_equal(loop.actions, expected)
+    while loop.env_step < 29:
+        trainer.iteration(loop, started)
+    trained = loop.states
+    trainer.learn = lambda loop: None  # step 30's env step only: intervene_if_due follows
+    keys = loop.keys
+    trainer.iteration(loop, started)
+    reset, _ = trainer.sample_actions(loop.states, loop.obs, keys)
+    before, _ = trainer.sample_actions(trained, loop.obs, keys)
+    np.testing.assert_array_equal(loop.actions, reset)
+    assert not np.allclose(reset, before)
