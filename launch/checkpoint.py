@@ -104,6 +104,17 @@ def _abstract(tree):
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
 
 
+def layout(tree) -> dict[str, list]:
+    """Every leaf's path, shape and dtype (PRNG keys as their data), as JSON for `meta`."""
+    leaves = jax.tree_util.tree_flatten_with_path(keys_to_data(tree))[0]
+    return {jax.tree_util.keystr(path): [list(x.shape), str(x.dtype)] for path, x in leaves}
+
+
+class CheckpointMismatch(CannotResume):
+    """A checkpoint that is intact but holds an agent state of another shape than this run's
+    (the code or its settings changed since it was written)."""
+
+
 class CheckpointCorrupt(CannotResume):
     """No checkpoint in the directory could be restored."""
 
@@ -154,7 +165,9 @@ class Checkpointer:
         return sorted(self.manager.all_steps())
 
     def save(self, env_step: int, device, host: dict[str, np.ndarray], meta: dict) -> None:
-        """Write the checkpoint of `env_step`; a Ctrl-C meanwhile stops the run after it."""
+        """Write the checkpoint of `env_step`; a Ctrl-C meanwhile stops the run after it. The
+        meta item records the device tree's layout, which a restore checks first."""
+        meta = {**meta, "device_layout": layout(device)}
         with interrupts_deferred():
             self.manager.save(
                 env_step,
@@ -167,7 +180,25 @@ class Checkpointer:
             )
             self.manager.wait_until_finished()
 
+    def _check_layout(self, step: int, device_template) -> None:
+        """CheckpointMismatch when the checkpoint's recorded device layout is not the
+        template's (checkpoints written before layouts were recorded are not checked)."""
+        meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        there = meta["meta"].get("device_layout")
+        if there is None:
+            return
+        here = layout(device_template)
+        differ = sorted(k for k in set(there) | set(here) if there.get(k) != here.get(k))
+        if differ:
+            shown = "; ".join(f"{k}: {there.get(k)} there, {here.get(k)} now" for k in differ[:3])
+            raise CheckpointMismatch(
+                f"the checkpoint at env step {step} in {self.directory} holds an agent state "
+                f"other than this run's ({len(differ)} arrays differ, {shown}): the code or its "
+                "settings changed since it was written. It is kept; resume with the code it was "
+                "written by, or start over under another --run_name")
+
     def _restore(self, step: int, device_template):
+        self._check_layout(step, device_template)
         out = self.manager.restore(
             step,
             args=ocp.args.Composite(
@@ -176,7 +207,8 @@ class Checkpointer:
                 meta=ocp.args.JsonRestore(),
             ),
         )
-        return data_to_keys(out["device"], device_template), out["host"], out["meta"]
+        meta = {k: v for k, v in out["meta"].items() if k != "device_layout"}  # the caller's
+        return data_to_keys(out["device"], device_template), out["host"], meta
 
     def restore_latest(self, device_template):
         """The newest checkpoint that restores cleanly, as `(device, host, meta)`, or None.
@@ -188,24 +220,38 @@ class Checkpointer:
         for step in reversed(steps):
             try:
                 return self._restore(step, device_template)
+            except CheckpointMismatch:
+                raise
             except MemoryError:  # not the checkpoint's fault: keep it
                 raise CannotResume(f"restoring the checkpoint at env step {step} in "
                                    f"{self.directory} ran out of memory; it is kept, and the "
                                    "same command resumes from it on a machine with more "
                                    "free memory") from None
+            except OSError as e:
+                if not isinstance(e, FileNotFoundError):  # I/O, permissions: keep it
+                    raise CannotResume(f"reading the checkpoint at env step {step} in "
+                                       f"{self.directory} failed ({type(e).__name__}: {e}); it "
+                                       "is kept, and the same command tries it again") from None
+                self._set_aside(step, e)
             except Exception as e:  # orbax/tensorstore raise many types for bad files
-                aside = os.path.join(self.directory, f"corrupt_{step}")
-                print(f"warning: checkpoint at env step {step} in {self.directory} cannot be "
-                      f"restored ({type(e).__name__}: {str(e).splitlines()[0][:200]}); moved "
-                      f"to {aside}; trying the previous one", file=sys.stderr)
-                shutil.rmtree(aside, ignore_errors=True)
-                os.rename(os.path.join(self.directory, str(step)), aside)
-                self.manager.reload()
+                self._set_aside(step, e)
         if steps:
             raise CheckpointCorrupt(f"none of the checkpoints {steps} in {self.directory} "
                                     "could be restored (moved to corrupt_<step>, with the "
-                                    "logs left as they are)")
+                                    "logs left as they are; renaming one back to <step> "
+                                    "tries it again)")
         return None
+
+    def _set_aside(self, step: int, error: BaseException) -> None:
+        """Move a checkpoint that cannot be read to corrupt_<step>, for inspection."""
+        aside = os.path.join(self.directory, f"corrupt_{step}")
+        message = str(error).splitlines()[0][:200] if str(error) else ""
+        print(f"warning: checkpoint at env step {step} in {self.directory} cannot be "
+              f"restored ({type(error).__name__}: {message}); moved to {aside}; trying the "
+              "previous one", file=sys.stderr)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(os.path.join(self.directory, str(step)), aside)
+        self.manager.reload()
 
     def keep_latest_only(self) -> None:
         """Delete every checkpoint but the newest (a finished run resumes from none of them)."""

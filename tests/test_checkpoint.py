@@ -9,7 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from launch.checkpoint import CheckpointCorrupt, Checkpointer, interrupts_deferred
+from launch.checkpoint import (
+    CheckpointCorrupt,
+    Checkpointer,
+    CheckpointMismatch,
+    interrupts_deferred,
+)
 from launch.run_files import CannotResume
 
 
@@ -36,7 +41,7 @@ def assert_same(a, b):
 def saved(tmp_path):
     ckpt = Checkpointer(str(tmp_path / "checkpoints"))
     for step in (1, 2, 3):
-        ckpt.save(step, device_tree(step), host_arrays(step), {"env_step": step})
+        ckpt.save(step, device_tree(float(step)), host_arrays(step), {"env_step": step})
     return ckpt
 
 
@@ -121,3 +126,23 @@ def test_a_ctrl_c_inside_is_held_until_the_end_and_a_second_one_is_not():
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_checkpoint_of_another_agent_state_is_kept_and_named(saved):
+    """A code or settings change since the checkpoint: not corruption, so nothing is moved."""
+    other = {**device_tree(0.0), "params": {"w": jnp.zeros((3, 5))}}
+    with pytest.raises(CheckpointMismatch, match=r"1 arrays differ, \['params'\]\['w'\]: "
+                       r"\[\[3, 4\], 'float32'\] there, \[\[3, 5\], 'float32'\] now.*It is kept"):
+        saved.restore_latest(other)
+    assert saved.steps() == [2, 3]
+
+
+def test_an_io_error_while_restoring_keeps_the_checkpoint(saved, monkeypatch):
+    def fail(*args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(np, "load", fail)
+    with pytest.raises(CannotResume, match="failed \\(OSError: \\[Errno 5\\] Input/output error"
+                       "\\); it is kept"):
+        saved.restore_latest(device_tree(0.0))
+    assert saved.steps() == [2, 3]
