@@ -118,7 +118,7 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
 
 # Settings that may differ when a run resumes: how it resumes and shows progress, the library
 # versions, and how its logdir is spelled (the run directory itself is the one resumed).
-IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir")
+IGNORED_ON_RESUME = ("resume", "progress", "versions", "earlier_versions", "logdir")
 def _flat(record: dict, prefix: str = "") -> dict:
     """A config record's settings by dotted name: {"agent_config.hidden_dims": [...], ...}."""
     out = {}
@@ -377,12 +377,29 @@ class Trainer:
         """A fresh loop, or the one resumed from the newest good checkpoint."""
         has_checkpoint = bool(self.checkpointer.steps())
         self.files = RunFiles(self.cfg.run_dir, self.cfg.seeds, fresh=not has_checkpoint)
-        self.files.write_config(self.record)
         loop = self.fresh_loop()
+        record = self.record
         if has_checkpoint:
             loop = self.restore(loop)
             print(f"resumed from the checkpoint at env step {loop.env_step}", file=sys.stderr)
+            record = self.with_earlier_versions(record, loop.env_step)
+        self.files.write_config(record)  # once restored: a failed resume leaves it as it was
         return loop
+
+    def with_earlier_versions(self, record: dict, env_step: int) -> dict:
+        """The config record of a resumed run, keeping (in `earlier_versions`) the library
+        versions and XLA options its earlier part ran with when they differ from today's."""
+        before = read_config(self.cfg.run_dir) or {}
+        earlier = list(before.get("earlier_versions", []))
+        then, now = before.get("versions"), record["versions"]
+        if then is not None and then != now:
+            changed = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+            print("warning: resuming with other versions than the run's earlier part: " +
+                  ", ".join(f"{k} {then.get(k)} -> {now.get(k)}" for k in changed) +
+                  f"; config.json keeps those up to env step {env_step} in earlier_versions",
+                  file=sys.stderr)
+            earlier.append({"until_env_step": env_step, "versions": then})
+        return {**record, "earlier_versions": earlier} if earlier else record
 
     def intervene_if_due(self, loop: Loop) -> None:
         """The intervention scheduled at this env step. It comes after the step's update, logs

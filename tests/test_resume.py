@@ -228,3 +228,21 @@ def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, r
     assert again in err
     checkpoints = run_dir(tmp_path, "none") / "checkpoints"
     assert not checkpoints.exists() or not [n for n in os.listdir(checkpoints) if n.isdigit()]
+
+
+def test_a_resume_with_other_library_versions_warns_and_keeps_the_earlier_ones(tmp_path):
+    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}",
+            "--max_steps=500"]
+    kill_while_saving(args, 3)  # checkpoints at 125 and 250 complete, the one at 375 not
+    config_path = run_dir(tmp_path, "none") / "config.json"
+    config = json.loads(config_path.read_text())
+    today = dict(config["versions"])
+    config["versions"]["jax"] = "0.0.1"
+    config_path.write_text(json.dumps(config))
+    resumed = run("run_sac.py", *args)
+    assert f"warning: resuming with other versions than the run's earlier part: jax 0.0.1 -> " \
+           f"{today['jax']}; config.json keeps those up to env step 250" in resumed.stderr
+    config = json.loads(config_path.read_text())
+    assert config["versions"] == today
+    assert config["earlier_versions"] == [{"until_env_step": 250,
+                                           "versions": {**today, "jax": "0.0.1"}}]
