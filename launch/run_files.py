@@ -8,6 +8,7 @@ back to the moment of its checkpoint, so rows are neither duplicated nor lost.
 import copy
 import csv
 import dataclasses
+import fcntl
 import importlib.metadata
 import json
 import math
@@ -72,12 +73,52 @@ def with_added_settings(record: dict) -> dict:
 
 
 def read_config(run_dir: str) -> dict | None:
-    """The config.json of a run directory, or None when there is none."""
+    """The config.json of a run directory, or None when there is none; CannotResume when it
+    is not a JSON object."""
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:  # JSON and Unicode errors are ValueErrors
+        raise CannotResume(f"{path} cannot be read ({type(e).__name__}: {e}); move the run "
+                           "directory away or use another --run_name") from None
+    if not isinstance(record, dict):
+        raise CannotResume(f"{path} holds no JSON object; move the run directory away or use "
+                           "another --run_name")
+    return record
+
+
+def write_json(path: str, record: dict, **dump_args) -> None:
+    """Write `record` to `path` atomically: a reader (or a crash) sees the old file or the
+    new one, never part of one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, **dump_args)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def lock_run_dir(run_dir: str):
+    """An exclusive lock on the run directory (its `.lock` file) for as long as the returned
+    file stays open (the process's life); CannotResume naming the holder when another process
+    has it, as when the same run is launched twice."""
+    handle = open(os.path.join(run_dir, ".lock"), "a+")  # noqa: SIM115 - held open on purpose
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise CannotResume(f"{run_dir} is being trained by {holder}; wait for it to end or "
+                           "stop it first") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {platform.node()}\n")
+    handle.flush()
+    return handle
 
 
 class RunFiles:
@@ -103,8 +144,7 @@ class RunFiles:
                 os.remove(path)
 
     def write_config(self, record: dict) -> None:
-        with open(os.path.join(self.run_dir, "config.json"), "w") as f:
-            json.dump(record, f, indent=2, sort_keys=True)
+        write_json(os.path.join(self.run_dir, "config.json"), record, indent=2, sort_keys=True)
 
     def _rows(self, name: str, rows: Iterable[Sequence]) -> None:
         handle = self._files[name]
@@ -142,13 +182,11 @@ class RunFiles:
         self._rows("interventions.csv", rows)
 
     def write_done(self, record: dict) -> None:
-        with open(os.path.join(self.run_dir, "done.json"), "w") as f:
-            json.dump(record, f, indent=2)
+        write_json(os.path.join(self.run_dir, "done.json"), record, indent=2)
 
     def write_diverged(self, record: dict) -> None:
         """diverged.json: where and for which seed training stopped on a NaN or inf."""
-        with open(os.path.join(self.run_dir, DIVERGED), "w") as f:
-            json.dump(record, f, indent=2)
+        write_json(os.path.join(self.run_dir, DIVERGED), record, indent=2)
 
     def offsets(self) -> dict[str, int]:
         """Byte length of every log file now, for a checkpoint. The files are synced to disk

@@ -22,7 +22,7 @@ from launch.config import (
     validate,
 )
 from launch.events import check_clip_parts
-from launch.run_files import CannotResume, config_record
+from launch.run_files import CannotResume, config_record, lock_run_dir
 from launch.train import Diverged, Trainer, UnevenEpisodes, checkpoint_dirs, resume_state
 
 __all__ = ["ConfigError", "main"]
@@ -63,8 +63,13 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         check_clip_parts(agent, cfg)
         state = resume_state(cfg, config_record(cfg, agent.config))  # refusals create nothing
         check_writable(cfg.run_dir)
+        # Held until the process ends: a second launch of this run is refused here, before it
+        # writes anything, rather than racing this one over the checkpoints and logs.
+        lock = lock_run_dir(cfg.run_dir)  # noqa: F841 - released when the process ends
     except (ConfigError, UnknownEnvError) as e:
         _fail(str(e), 2)
+    except CannotResume as e:
+        _fail(f"cannot resume: {e}", 2)
     if state == "done":
         print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
         return
@@ -83,6 +88,9 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         _fail(f"cannot resume: {e}", 1)
     except UnevenEpisodes as e:
         _fail(str(e), 1)
+    except OSError as e:  # a full disk, a lost mount: the checkpoints written so far stand
+        _fail(f"{e}; the same command resumes {cfg.run_dir} from its last complete checkpoint "
+              "once that is fixed", 1)
     except KeyboardInterrupt:
         if checkpoint_dirs(cfg.run_dir)[0]:
             _fail(f"interrupted; the same command resumes {cfg.run_dir} from its last checkpoint "

@@ -464,8 +464,8 @@ class Trainer:
             raise
         finally:  # the bar's last redraw comes before any error message, not after it
             bar.close()
-        self.files.write_done({"env_step": loop.env_step, "wall_time": loop.wall_time})
         self.checkpointer.keep_latest_only()  # the final agent stays; half the disk goes
+        self.files.write_done({"env_step": loop.env_step, "wall_time": loop.wall_time})
         self.files.close()
         self.checkpointer.close()
         return loop

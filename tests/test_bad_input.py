@@ -1,9 +1,12 @@
 """Every bad setting is one clear line on stderr and exit code 2, before anything is built."""
 
 import dataclasses
+import fcntl
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -11,7 +14,7 @@ from agents.sac import SACConfig
 from launch.config import ConfigError, TrainConfig, schedule_warning, seed_warning
 from launch.run_files import config_record
 from launch.train import resume_state
-from tests.runs import FAST_SAC, run
+from tests.runs import FAST_SAC, REPO, run, script
 
 CASES = {
     "unknown env": (["--env=humanoid-stnd"], "did you mean 'humanoid-stand'?"),
@@ -179,3 +182,39 @@ def test_train_envs_seeded_like_eval_envs_are_warned_about():
         "--eval_seed_offset=43 or more keeps them apart")
     assert seed_warning(TrainConfig(num_seeds=1, eval_seed_offset=0)).startswith(
         "the eval env of seed 0 has dm_control seed 0, which the train env of seed 0 has too")
+
+
+def test_a_run_directory_in_use_or_with_an_unreadable_config_is_refused(tmp_path):
+    run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
+    run_dir.mkdir(parents=True)
+    with open(run_dir / ".lock", "a+") as held:  # as a process training this run holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 12345 on elsewhere\n")
+        held.flush()
+        proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", check=False, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: cannot resume: {run_dir} is being trained by pid 12345 on elsewhere; wait for "
+        "it to end or stop it first"]
+    (run_dir / "config.json").write_text('{"env": "cartpole-sw')  # cut off by a crash
+    proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", check=False, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cannot resume: {run_dir / 'config.json'} cannot be read (JSONDecodeError")
+
+
+def test_a_full_disk_while_training_is_one_line_and_exit_1(tmp_path):
+    """The checkpoint write fails as on a full disk: one line saying how to resume."""
+    patched = ("import runpy, sys; from launch import train\n"
+               "def full(*args): raise OSError(28, 'No space left on device')\n"
+               "train.Trainer.save = full\n"
+               "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    args = [*FAST_SAC, f"--logdir={tmp_path}", "--hidden_dim=8", "--max_steps=300",
+            "--start_steps=100", "--eval_every=300", "--action_repeat=8"]
+    proc = subprocess.run([sys.executable, "-c", patched, script("run_sac.py"), *args],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "error: [Errno 28] No space left on device; the same command resumes ")
