@@ -172,8 +172,9 @@ def schedule_warning(cfg: TrainConfig) -> str | None:
     late = [s for s in cfg.intervention_steps if s >= cfg.max_steps]
     if not late:
         return None
-    return (f"--intervention_steps {','.join(map(str, late))} never happen: they are at or after "
-            f"--max_steps={cfg.max_steps}, and a run intervenes only before its last step")
+    return (f"--intervention={cfg.intervention} at env steps {','.join(map(str, late))} never "
+            f"happens: they are at or after --max_steps={cfg.max_steps}, and a run intervenes "
+            "only before its last step")
 
 
 def seed_warning(cfg: TrainConfig) -> str | None:

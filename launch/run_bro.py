@@ -16,7 +16,7 @@ from absl import app, flags
 
 from agents import bro
 from envs import make_env
-from interventions import bro_reset_steps
+from interventions import BRO_RESET_STEPS, bro_reset_steps
 from launch import config, runner
 from launch.config import TrainConfig, define_flags
 
@@ -85,9 +85,9 @@ def adjust(cfg: TrainConfig) -> TrainConfig:
     user_schedule = cfg.intervention_steps or flags.FLAGS["intervention_every"].present
     if cfg.intervention == "none" or user_schedule:
         return cfg
-    return dataclasses.replace(
-        cfg, intervention_steps=tuple(bro_reset_steps(cfg.max_steps, cfg.utd))
-    )
+    # None of them before max_steps: the first stays, so the warning names BRO's schedule.
+    steps = bro_reset_steps(cfg.max_steps, cfg.utd) or BRO_RESET_STEPS[:1]
+    return dataclasses.replace(cfg, intervention_steps=tuple(steps))
 
 
 def main(argv):

@@ -160,8 +160,8 @@ def test_help_exits_0_and_lists_the_flags(script, flag):
 def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
     assert schedule_warning(TrainConfig(intervention="reset", intervention_steps=(100, 300),
                                         max_steps=300)) == (
-        "--intervention_steps 300 never happen: they are at or after --max_steps=300, and a "
-        "run intervenes only before its last step")
+        "--intervention=reset at env steps 300 never happens: they are at or after "
+        "--max_steps=300, and a run intervenes only before its last step")
     assert schedule_warning(TrainConfig(intervention="reset", intervention_steps=(100,),
                                         max_steps=300)) is None
     assert schedule_warning(TrainConfig(intervention="clip", max_steps=100_000)) == (
@@ -171,7 +171,12 @@ def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
     proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--hidden_dim=8",
                "--max_steps=300", "--start_steps=100", "--eval_every=300",
                "--intervention=reset", "--intervention_steps=300", timeout=120)
-    assert proc.stderr.startswith("warning: --intervention_steps 300 never happen")
+    assert proc.stderr.startswith("warning: --intervention=reset at env steps 300 never happens")
+    # BRO's reset steps by default: the first, 15001, is named when the run ends before it.
+    proc = run("run_bro.py", "--env=cartpole-swingup", f"--logdir={tmp_path}", "--max_steps=100",
+               "--start_steps=50", "--eval_every=100", "--eval_episodes=1", "--progress=false",
+               "--critic_width=16", "--actor_width=16", "--action_repeat=8", timeout=120)
+    assert "warning: --intervention=reset at env steps 15001 never happens" in proc.stderr
 
 
 def test_train_envs_seeded_like_eval_envs_are_warned_about():
