@@ -133,6 +133,8 @@ def read_npy_dir(root: Path, eval_every: int, first_step: int | None = None) -> 
         raise AggregationError(f"npy eval interval must be a positive number of env steps, "
                                f"got {eval_every}")
     first = eval_every if first_step is None else first_step
+    if first < 0:
+        raise AggregationError(f"npy first evaluation step must be >= 0, got {first}")
     runs = []
     for f in sorted(root.glob("*.npy")):
         with reading(f):

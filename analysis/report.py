@@ -80,9 +80,10 @@ def markdown(summary: Summary, sources: Sequence[Source] = (),
                      f" | {first['runs']} ({per_task} per task) | {first['tasks']} |")
     if summary.improvement:
         lines += ["", "## Probability of improvement", "",
-                  "| X | Y | P(X > Y) |", "| --- | --- | --- |"]
-        lines += [f"| {r['x']} | {r['y']} | {_interval(r, 'probability', 3)} |"
-                  for r in summary.improvement]
+                  "| X | Y | P(X > Y) | Runs X | Runs Y | Tasks |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['x']} | {r['y']} | {_interval(r, 'probability', 3)} | {r['runs_x']} | "
+                  f"{r['runs_y']} | {r['tasks']} |" for r in summary.improvement]
     if sources:
         lines += ["", "## Inputs", "", "| Algorithm | Path | Layout | Runs read | Tasks |",
                   "| --- | --- | --- | --- | --- |"]

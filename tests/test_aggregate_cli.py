@@ -69,7 +69,7 @@ def test_grouped_project_runs_give_every_table_and_plot(grouped, logdir):
 
 
 def test_numbers_match_an_independent_computation_from_the_run_files(grouped, logdir):
-    _, out = grouped
+    result, out = grouped
     final = {}
     for run_dir in logdir.rglob("eval.csv"):
         config = json.loads((run_dir.parent / "config.json").read_text())
@@ -84,6 +84,8 @@ def test_numbers_match_an_independent_computation_from_the_run_files(grouped, lo
     (poi,) = read_csv(out / "probability_of_improvement.csv")
     assert (poi["x"], poi["y"]) == ("intervention=clip", "intervention=reset")
     assert float(poi["probability"]) > 0.9
+    assert f"| intervention=clip | intervention=reset | {float(poi['probability']):.3f} [" in (
+        result.stdout) and " | 9 | 9 | 3 |" in result.stdout  # runs of X and Y, tasks
     document = json.loads((out / "results.json").read_text())
     assert document["settings"]["reps"] == 2000 and document["warnings"] == []
     steps = sorted({r["env_step"] for r in document["sample_efficiency"]})

@@ -187,6 +187,8 @@ def test_npy_layout_builds_the_step_grid_and_drops_nan_tails(tmp_path):
     with pytest.warns(AggregationWarning):
         _, shifted = load_runs(tmp_path, npy_eval_every=10, npy_first_step=0)
     np.testing.assert_array_equal(shifted[0].steps, [0, 10, 20, 30])
+    with pytest.raises(AggregationError, match="first evaluation step must be >= 0, got -10"):
+        load_runs(tmp_path, npy_eval_every=10, npy_first_step=-10)
 
 
 def test_bad_paths_and_empty_dirs_are_errors(tmp_path):

@@ -298,6 +298,9 @@ def test_workers_that_fail_to_start(tmp_path, monkeypatch, started):
             record = read_json(paths.record(spec.key))
             assert record["state"] == "interrupted"
             assert record["detail"] == "submission failed: Resource temporarily unavailable"
+        statuses = submit.collect(paths, [spec.key for spec in specs])
+        line = submit.status_line(specs[0].key, statuses[specs[0].key], paths)
+        assert line.startswith("interrupted") and "[log:" not in line  # it never wrote one
     else:
         launch_id = submit.launch(specs, paths, options)
         launched = read_json(paths.launch(launch_id))

@@ -203,8 +203,8 @@ def status_line(key: str, status: Status, paths: SweepPaths) -> str:
     line = f"{status.state:<11} {key}"
     if status.detail:
         line += f"  {status.detail}"
-    if status.state in ("failed", "interrupted"):
-        line += f"  [log: {paths.log(key, 'err')}]"
+    if status.state in ("failed", "interrupted") and os.path.exists(paths.log(key, "err")):
+        line += f"  [log: {paths.log(key, 'err')}]"  # a job that never started has none
     return line
 
 
