@@ -16,7 +16,7 @@ from launch.config import TrainConfig
 from tests.runs import FAST_SAC, REPO, read_csv, run
 
 EXPECTED_FILES = {"config.json", "eval.csv", "train.csv", "diagnostics.csv", "interventions.csv",
-                  "0.txt", "1.txt", "done.json", "checkpoints"}
+                  "0.txt", "1.txt", "done.json", "checkpoints", ".lock"}
 
 
 def run_args(intervention, utd):
