@@ -14,6 +14,7 @@ import json
 import math
 import os
 import platform
+import sys
 from collections.abc import Iterable, Sequence
 
 CSV_HEADERS = {
@@ -105,7 +106,8 @@ def lock_run_dir(run_dir: str):
     """An exclusive lock on the run directory (its `.lock` file) for as long as the returned
     file stays open (the process's life); CannotResume naming the holder when another process
     has it, as when the same run is launched twice."""
-    handle = open(os.path.join(run_dir, ".lock"), "a+")  # noqa: SIM115 - held open on purpose
+    path = os.path.join(run_dir, ".lock")
+    handle = open(path, "a+")  # noqa: SIM115 - held open on purpose
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -113,7 +115,11 @@ def lock_run_dir(run_dir: str):
         holder = handle.read().strip() or "another process"
         handle.close()
         raise CannotResume(f"{run_dir} is being trained by {holder}; wait for it to end or "
-                           "stop it first") from None
+                           "stop it first (if that process is gone, as with a node that "
+                           f"crashed, delete {path})") from None
+    except OSError as e:  # a filesystem without locks (some Lustre and NFS mounts)
+        print(f"warning: cannot lock {path} ({e.strerror}); a second launch of this run "
+              "would not be refused", file=sys.stderr)
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} on {platform.node()}\n")

@@ -1,6 +1,7 @@
 """Every bad setting is one clear line on stderr and exit code 2, before anything is built."""
 
 import dataclasses
+import errno
 import fcntl
 import json
 import os
@@ -12,7 +13,7 @@ import pytest
 
 from agents.sac import SACConfig
 from launch.config import ConfigError, TrainConfig, schedule_warning, seed_warning
-from launch.run_files import config_record
+from launch.run_files import config_record, lock_run_dir
 from launch.train import resume_state
 from tests.runs import FAST_SAC, REPO, run, script
 
@@ -200,7 +201,8 @@ def test_a_run_directory_in_use_or_with_an_unreadable_config_is_refused(tmp_path
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: cannot resume: {run_dir} is being trained by pid 12345 on elsewhere; wait for "
-        "it to end or stop it first"]
+        "it to end or stop it first (if that process is gone, as with a node that crashed, "
+        f"delete {run_dir / '.lock'})"]
     (run_dir / "config.json").write_text('{"env": "cartpole-sw')  # cut off by a crash
     proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", check=False, timeout=60)
     assert proc.returncode == 2
@@ -223,3 +225,14 @@ def test_a_full_disk_while_training_is_one_line_and_exit_1(tmp_path):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "error: [Errno 28] No space left on device; the same command resumes ")
+
+
+def test_a_filesystem_without_locks_warns_and_trains(tmp_path, monkeypatch, capsys):
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    handle = lock_run_dir(str(tmp_path))
+    handle.close()
+    assert capsys.readouterr().err.startswith(f"warning: cannot lock {tmp_path / '.lock'} (No "
+                                              "locks available); a second launch")
