@@ -115,6 +115,10 @@ class CheckpointMismatch(CannotResume):
     (the code or its settings changed since it was written)."""
 
 
+# Status codes and messages of tensorstore errors that are I/O failures, not bugs.
+IO_FAILURES = ("RESOURCE_EXHAUSTED", "No space left", "PERMISSION_DENIED", "Input/output error")
+
+
 class CheckpointCorrupt(CannotResume):
     """No checkpoint in the directory could be restored."""
 
@@ -169,16 +173,23 @@ class Checkpointer:
         meta item records the device tree's layout, which a restore checks first."""
         meta = {**meta, "device_layout": layout(device)}
         with interrupts_deferred():
-            self.manager.save(
-                env_step,
-                args=ocp.args.Composite(
-                    device=ocp.args.StandardSave(keys_to_data(device)),
-                    host=HostArraysSave(host),
-                    meta=ocp.args.JsonSave(meta),
-                ),
-                force=True,
-            )
-            self.manager.wait_until_finished()
+            try:
+                self.manager.save(
+                    env_step,
+                    args=ocp.args.Composite(
+                        device=ocp.args.StandardSave(keys_to_data(device)),
+                        host=HostArraysSave(host),
+                        meta=ocp.args.JsonSave(meta),
+                    ),
+                    force=True,
+                )
+                self.manager.wait_until_finished()
+            except ValueError as e:  # tensorstore's I/O failures (a full disk) are ValueErrors
+                if not any(code in str(e) for code in IO_FAILURES):
+                    raise
+                first = next((line for line in str(e).splitlines() if line.strip()), "")
+                raise OSError(f"writing the checkpoint at env step {env_step} in "
+                              f"{self.directory} failed ({first[:300]})") from None
 
     def _check_layout(self, step: int, device_template) -> None:
         """CheckpointMismatch when the checkpoint's recorded device layout is not the
@@ -214,7 +225,9 @@ class Checkpointer:
         """The newest checkpoint that restores cleanly, as `(device, host, meta)`, or None.
 
         A checkpoint that fails to restore (corrupt or truncated files) is reported on stderr,
-        moved aside to `corrupt_<step>` for inspection, and the one before it is tried.
+        moved aside to `corrupt_<step>` for inspection, and the one before it is tried. One that
+        holds another agent layout, or whose restore runs out of memory (host or XLA's
+        RESOURCE_EXHAUSTED) or meets an I/O error, is kept: CannotResume says why.
         """
         steps = self.steps()
         for step in reversed(steps):
@@ -222,19 +235,17 @@ class Checkpointer:
                 return self._restore(step, device_template)
             except CheckpointMismatch:
                 raise
-            except MemoryError:  # not the checkpoint's fault: keep it
-                raise CannotResume(f"restoring the checkpoint at env step {step} in "
-                                   f"{self.directory} ran out of memory; it is kept, and the "
-                                   "same command resumes from it on a machine with more "
-                                   "free memory") from None
-            except OSError as e:
-                if not isinstance(e, FileNotFoundError):  # I/O, permissions: keep it
+            except Exception as e:
+                if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e):
+                    raise CannotResume(f"restoring the checkpoint at env step {step} in "
+                                       f"{self.directory} ran out of memory; it is kept, and the "
+                                       "same command resumes from it on a machine with more "
+                                       "free memory") from None
+                if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
                     raise CannotResume(f"reading the checkpoint at env step {step} in "
                                        f"{self.directory} failed ({type(e).__name__}: {e}); it "
                                        "is kept, and the same command tries it again") from None
-                self._set_aside(step, e)
-            except Exception as e:  # orbax/tensorstore raise many types for bad files
-                self._set_aside(step, e)
+                self._set_aside(step, e)  # orbax/tensorstore raise many types for bad files
         if steps:
             raise CheckpointCorrupt(f"none of the checkpoints {steps} in {self.directory} "
                                     "could be restored (moved to corrupt_<step>, with the "

@@ -31,6 +31,13 @@ class CannotResume(RuntimeError):
     """A run directory whose checkpoint or logs cannot be continued; the message says why."""
 
 
+class RunDirInUse(RuntimeError):
+    """Another process holds the run directory's lock (it trains that run now)."""
+
+
+EXIT_IN_USE = 75  # a run script's exit code for RunDirInUse (EX_TEMPFAIL: try again later)
+
+
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -114,7 +121,7 @@ def lock_run_dir(run_dir: str):
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise CannotResume(f"{run_dir} is being trained by {holder}; wait for it to end or "
+        raise RunDirInUse(f"{run_dir} is being trained by {holder}; wait for it to end or "
                            "stop it first (if that process is gone, as with a node that "
                            f"crashed, delete {path})") from None
     except OSError as e:  # a filesystem without locks (some Lustre and NFS mounts)
@@ -144,8 +151,12 @@ class RunFiles:
                 csv.writer(handle, lineterminator="\n").writerow(CSV_HEADERS[name])
                 handle.flush()
             self._files[name] = handle
-        for name in ("done.json", DIVERGED):  # about the run as it was; it goes on now
-            path = os.path.join(run_dir, name)
+
+    def forget_end(self) -> None:
+        """Remove done.json and diverged.json: about the run as it was, which goes on now
+        (called once a resume has restored its checkpoint, or for a fresh start)."""
+        for name in ("done.json", DIVERGED):
+            path = os.path.join(self.run_dir, name)
             if os.path.exists(path):
                 os.remove(path)
 

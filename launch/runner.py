@@ -1,11 +1,14 @@
 """What every run script does after defining its flags: validate, build, train, exit codes.
 
 Exit codes: 0 finished, 2 bad input (one line on stderr, before anything is compiled),
-1 a failure while training (a message on stderr).
+1 a failure while training (a message on stderr), 75 the run directory is in use by another
+process (EX_TEMPFAIL: a sweep relaunches such a job later).
 """
 
+import logging as std_logging
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 from absl import logging
@@ -22,7 +25,13 @@ from launch.config import (
     validate,
 )
 from launch.events import check_clip_parts
-from launch.run_files import CannotResume, config_record, lock_run_dir
+from launch.run_files import (
+    EXIT_IN_USE,
+    CannotResume,
+    RunDirInUse,
+    config_record,
+    lock_run_dir,
+)
 from launch.train import Diverged, Trainer, UnevenEpisodes, checkpoint_dirs, resume_state
 
 __all__ = ["ConfigError", "main"]
@@ -45,6 +54,10 @@ def main(
     """Validate the flags, build the agent and train. `adjust` fills agent-specific defaults
     that depend on other settings (e.g. BRO's reset steps depend on max_steps and utd)."""
     logging.set_verbosity(logging.WARNING)  # keep library chatter off the terminal
+    # After a failed checkpoint write, orbax leaves coroutines that Python reports at exit,
+    # below the error line that says what happened (see the OSError case below).
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited",
+                            category=RuntimeWarning)
     try:
         _main(argv, agent_name, agent_config, adjust)
     except KeyboardInterrupt:  # during the checks and the agent's construction
@@ -61,15 +74,19 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         check_env_name(cfg.env)
         agent = make_agent(agent_name, agent_config())
         check_clip_parts(agent, cfg)
+        # Held until the process ends: a second launch of this run is refused, before it reads
+        # or writes anything there, rather than racing this one over checkpoints and logs.
+        lock_path = os.path.join(cfg.run_dir, ".lock")
+        lock = lock_run_dir(cfg.run_dir) if os.path.exists(lock_path) else None
         state = resume_state(cfg, config_record(cfg, agent.config))  # refusals create nothing
         check_writable(cfg.run_dir)
-        # Held until the process ends: a second launch of this run is refused here, before it
-        # writes anything, rather than racing this one over the checkpoints and logs.
-        lock = lock_run_dir(cfg.run_dir)  # noqa: F841 - released when the process ends
+        lock = lock or lock_run_dir(cfg.run_dir)  # noqa: F841 - released when the process ends
     except (ConfigError, UnknownEnvError) as e:
         _fail(str(e), 2)
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 2)
+    except RunDirInUse as e:  # a sweep takes this exit code for "try again later"
+        _fail(str(e), EXIT_IN_USE)
     if state == "done":
         print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
         return
@@ -89,8 +106,13 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     except UnevenEpisodes as e:
         _fail(str(e), 1)
     except OSError as e:  # a full disk, a lost mount: the checkpoints written so far stand
-        _fail(f"{e}; the same command resumes {cfg.run_dir} from its last complete checkpoint "
-              "once that is fixed", 1)
+        # orbax's abandoned write tasks would log their errors at exit, below this one's line
+        std_logging.getLogger("asyncio").setLevel(std_logging.CRITICAL)
+        again = (f"the same command resumes {cfg.run_dir} from its last complete checkpoint"
+                 if checkpoint_dirs(cfg.run_dir)[0] else
+                 f"no checkpoint of {cfg.run_dir} was complete, so the same command starts it "
+                 "over")
+        _fail(f"{e}; {again} once that is fixed", 1)
     except KeyboardInterrupt:
         if checkpoint_dirs(cfg.run_dir)[0]:
             _fail(f"interrupted; the same command resumes {cfg.run_dir} from its last checkpoint "

@@ -383,7 +383,8 @@ class Trainer:
             loop = self.restore(loop)
             print(f"resumed from the checkpoint at env step {loop.env_step}", file=sys.stderr)
             record = self.with_earlier_versions(record, loop.env_step)
-        self.files.write_config(record)  # once restored: a failed resume leaves it as it was
+        self.files.forget_end()  # once restored: a failed resume leaves the files as they were
+        self.files.write_config(record)
         return loop
 
     def with_earlier_versions(self, record: dict, env_step: int) -> dict:
@@ -416,6 +417,8 @@ class Trainer:
             if loop.env_step >= self.cfg.start_steps:  # else the next actions are random
                 actions, loop.keys = self.sample_actions(loop.states, loop.obs, loop.keys)
                 loop.actions = np.asarray(actions)
+                if not np.isfinite(loop.actions).all():
+                    self.check_divergence(loop)
 
     def iteration(self, loop: Loop, started: float) -> np.ndarray | None:
         """One env step and everything due after it; the eval returns when it evaluated."""

@@ -86,16 +86,21 @@ def test_all_corrupt_is_an_error(saved):
         saved.restore_latest(device_tree(0.0))
 
 
-@pytest.mark.parametrize("error", [MemoryError, KeyboardInterrupt])
+XLA_OUT_OF_MEMORY = RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+                                 "17592186044416 bytes.")  # as jaxlib's JaxRuntimeError says
+
+
+@pytest.mark.parametrize("error", [MemoryError(), XLA_OUT_OF_MEMORY, KeyboardInterrupt()],
+                         ids=["host", "xla", "ctrl-c"])
 def test_running_out_of_memory_or_a_ctrl_c_while_restoring_keeps_the_checkpoint(saved, error,
                                                                                  monkeypatch):
     def fail(*args, **kwargs):
-        raise error()
+        raise error
 
     monkeypatch.setattr(saved, "_restore", fail)
-    raised = CannotResume if error is MemoryError else KeyboardInterrupt
-    with pytest.raises(raised, match="ran out of memory; it is kept" if raised is CannotResume
-                       else None):
+    ctrl_c = isinstance(error, KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt if ctrl_c else CannotResume,
+                       match=None if ctrl_c else "ran out of memory; it is kept"):
         saved.restore_latest(device_tree(0.0))
     assert saved.steps() == [2, 3]
     assert not [n for n in os.listdir(saved.directory) if n.startswith("corrupt_")]
@@ -146,3 +151,21 @@ def test_an_io_error_while_restoring_keeps_the_checkpoint(saved, monkeypatch):
                        "\\); it is kept"):
         saved.restore_latest(device_tree(0.0))
     assert saved.steps() == [2, 3]
+
+
+def test_a_full_disk_while_saving_is_an_os_error_and_a_bug_is_not(saved, monkeypatch):
+    def full(*args, **kwargs):
+        raise ValueError('RESOURCE_EXHAUSTED: Error writing local file "x": Failed to write: '
+                         "No space left on device [os_error_code='28']")
+
+    monkeypatch.setattr(saved.manager, "save", full)
+    with pytest.raises(OSError, match=r"writing the checkpoint at env step 4 in .* failed "
+                                      r"\(RESOURCE_EXHAUSTED: Error writing local file"):
+        saved.save(4, device_tree(4.0), host_arrays(4), {"env_step": 4})
+
+    def bug(*args, **kwargs):
+        raise ValueError("a tree that does not fit")
+
+    monkeypatch.setattr(saved.manager, "save", bug)
+    with pytest.raises(ValueError, match="a tree that does not fit"):
+        saved.save(4, device_tree(4.0), host_arrays(4), {"env_step": 4})

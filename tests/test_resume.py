@@ -173,6 +173,12 @@ def test_divergence_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path
     record = json.loads((run_dir(tmp_path, "none") / "diverged.json").read_text())
     assert f"at env step {record['env_step']} for seed {record['seed']}" in message
     assert record["what"] in message and record["seeds_stopped"] == [0, 1]
+    # A relaunch that cannot resume (a log lost rows) leaves the record of the divergence.
+    train_csv = run_dir(tmp_path, "none") / "train.csv"
+    os.truncate(train_csv, 10)
+    again = run("run_sac.py", *args, check=False)
+    assert again.returncode == 1 and "train.csv is shorter" in again.stderr
+    assert json.loads((run_dir(tmp_path, "none") / "diverged.json").read_text()) == record
 
 
 def test_divergence_between_train_logs_is_caught_before_an_evaluation(tmp_path):

@@ -248,3 +248,23 @@ def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, st
     before, _ = trainer.sample_actions(trained, loop.obs, keys)
     np.testing.assert_array_equal(loop.actions, reset)
     assert not np.allclose(reset, before)
+
+
+def test_an_intervention_that_leaves_nan_weights_is_a_divergence(tmp_path):
+    agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    trainer = train.Trainer(agent, TrainConfig(
+        env="cartpole-swingup", max_steps=100, start_steps=20, batch_size=8,
+        intervention="clip", intervention_steps=(30,), eval_episodes=1, progress=False,
+        logdir=str(tmp_path)))
+    apply = trainer.intervention.apply
+
+    def poisoned(states, env_step):
+        states, rows = apply(states, env_step)
+        nan = jax.tree.map(lambda x: x * np.nan, states.actor.params)
+        return states.replace(actor=states.actor.replace(params=nan)), rows
+
+    trainer.intervention = trainer.intervention._replace(apply=poisoned)
+    with pytest.raises(train.Diverged, match="at env step 30 for seed 0"):
+        trainer.run()
+    assert json.loads((tmp_path / "sac" / "cartpole-swingup" / "clip-utd1-seed0" /
+                       "diverged.json").read_text())["env_step"] == 30

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import submitit
 from submitit.core.utils import DelayedSubmission
 
+from launch.run_files import EXIT_IN_USE
 from launch.sweep_lib.state import HEARTBEAT_S, read_json, this_process, update_record
 
 # After the script dies of a signal, wait this long for submitit's preemption signal to arrive
@@ -113,6 +114,8 @@ class RunJob(submitit.helpers.Checkpointable):
                 fcntl.flock(run_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return "running"
+            except OSError:  # a filesystem without locks: the run script's own lock remains
+                pass
             return self._run()
 
     def _run(self) -> str:
@@ -171,6 +174,8 @@ class RunJob(submitit.helpers.Checkpointable):
             if self.finished:
                 return "done", ""
             return "failed", "exit 0 without writing done.json"
+        if returncode == EXIT_IN_USE:  # another process trains it: a relaunch tries again
+            return "interrupted", f"exit {returncode}: {last_line(self.stderr, err_start)}"
         if returncode > 0:
             return "failed", f"exit {returncode}: {last_line(self.stderr, err_start)}"
         if os.environ.get("SUBMITIT_EXECUTOR"):
