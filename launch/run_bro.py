@@ -85,13 +85,23 @@ def adjust(cfg: TrainConfig) -> TrainConfig:
     user_schedule = cfg.intervention_steps or flags.FLAGS["intervention_every"].present
     if cfg.intervention == "none" or user_schedule:
         return cfg
-    # None of them before max_steps: the first stays, so the warning names BRO's schedule.
-    steps = bro_reset_steps(cfg.max_steps, cfg.utd) or BRO_RESET_STEPS[:1]
-    return dataclasses.replace(cfg, intervention_steps=tuple(steps))
+    return dataclasses.replace(
+        cfg, intervention_steps=tuple(bro_reset_steps(cfg.max_steps, cfg.utd))
+    )
+
+
+def bro_schedule_warning(cfg: TrainConfig) -> str | None:
+    """config.schedule_warning, naming BRO's reset steps when they are all past the run."""
+    if cfg.intervention != "none" and not cfg.intervention_steps \
+            and not flags.FLAGS["intervention_every"].present:
+        return (f"--intervention={cfg.intervention} never happens: BRO's reset steps (the first "
+                f"at env step {BRO_RESET_STEPS[0]}) are at or after --max_steps={cfg.max_steps}, "
+                "and a run intervenes only before its last step")
+    return config.schedule_warning(cfg)
 
 
 def main(argv):
-    runner.main(argv, "bro", agent_config, adjust)
+    runner.main(argv, "bro", agent_config, adjust, bro_schedule_warning)
 
 
 if __name__ == "__main__":

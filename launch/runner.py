@@ -50,22 +50,25 @@ def main(
     agent_name: str,
     agent_config: Callable,
     adjust: Callable[[TrainConfig], TrainConfig] = lambda cfg: cfg,
+    warn_schedule: Callable[[TrainConfig], str | None] = schedule_warning,
 ) -> None:
     """Validate the flags, build the agent and train. `adjust` fills agent-specific defaults
-    that depend on other settings (e.g. BRO's reset steps depend on max_steps and utd)."""
+    that depend on other settings (e.g. BRO's reset steps depend on max_steps and utd);
+    `warn_schedule` says when the interventions never happen."""
     logging.set_verbosity(logging.WARNING)  # keep library chatter off the terminal
     # After a failed checkpoint write, orbax leaves coroutines that Python reports at exit,
     # below the error line that says what happened (see the OSError case below).
     warnings.filterwarnings("ignore", message="coroutine .* was never awaited",
                             category=RuntimeWarning)
     try:
-        _main(argv, agent_name, agent_config, adjust)
+        _main(argv, agent_name, agent_config, adjust, warn_schedule)
     except KeyboardInterrupt:  # during the checks and the agent's construction
         _fail("interrupted before training started", 130)
 
 
 def _main(argv: list[str], agent_name: str, agent_config: Callable,
-          adjust: Callable[[TrainConfig], TrainConfig]) -> None:
+          adjust: Callable[[TrainConfig], TrainConfig],
+          warn_schedule: Callable[[TrainConfig], str | None]) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]}; every setting is a --flag (see --help)", 2)
     try:
@@ -90,7 +93,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     if state == "done":
         print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
         return
-    for warning in (schedule_warning(cfg), seed_warning(cfg)):
+    for warning in (warn_schedule(cfg), seed_warning(cfg)):
         if warning is not None:
             print(f"warning: {warning}", file=sys.stderr)
     try:  # a Ctrl-C from the banner on is answered with what the run directory holds

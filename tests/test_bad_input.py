@@ -177,7 +177,8 @@ def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
     proc = run("run_bro.py", "--env=cartpole-swingup", f"--logdir={tmp_path}", "--max_steps=100",
                "--start_steps=50", "--eval_every=100", "--eval_episodes=1", "--progress=false",
                "--critic_width=16", "--actor_width=16", "--action_repeat=8", timeout=120)
-    assert "warning: --intervention=reset at env steps 15001 never happens" in proc.stderr
+    assert "warning: --intervention=reset never happens: BRO's reset steps (the first at env " \
+           "step 15001) are at or after --max_steps=100" in proc.stderr
 
 
 def test_train_envs_seeded_like_eval_envs_are_warned_about():
