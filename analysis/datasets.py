@@ -9,7 +9,7 @@ from pathlib import Path
 
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.grouping import group_runs, warn_if_pooled
-from analysis.layouts import Run, load_runs
+from analysis.layouts import Run, canonical_task, load_runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,14 +39,15 @@ def _warn_repeated_seeds(label: str, runs: Sequence[Run]) -> None:
                       AggregationWarning, stacklevel=3)
 
 
-def _warn_missing_runs(path: str, groups: dict[str, list[Run]]) -> None:
+def _warn_missing_runs(path: str, groups: dict[str, list[Run]], tasks: Sequence[str]) -> None:
     """Warn when a task of one --runs entry's algorithms has fewer runs than another (a seed or
     a run dir of a sweep missing): on the tasks of an algorithm, and across the algorithms
-    --group_by splits the entry into."""
+    --group_by splits the entry into; only `tasks` count, when given."""
     counts: dict[tuple[str, str], int] = {}
     for label, runs in groups.items():
         for run in runs:
-            counts[label, run.task] = counts.get((label, run.task), 0) + 1
+            if not tasks or run.task in tasks:
+                counts[label, run.task] = counts.get((label, run.task), 0) + 1
     most = max(counts.values(), default=0)
     short = [f"{label} on {task} ({n}/{most})" for (label, task), n in sorted(counts.items())
              if n < most]
@@ -61,13 +62,15 @@ def load_datasets(
     group_by: Sequence[str] = (),
     npy_eval_every: int = 25_000,
     npy_first_step: int | None = None,
+    tasks: Sequence[str] = (),
 ) -> tuple[dict[str, list[Run]], list[Source]]:
     """Read every --runs entry -> ({algorithm label: runs}, [Source per algorithm]).
 
     Without group_by an entry is one algorithm named by its label (default: the directory
     name). With group_by, project-layout entries split into one algorithm per distinct config
     value(s), named 'key=value,...' and prefixed by the entry label when there are several
-    entries or labels were given.
+    entries or labels were given. `tasks` (the --tasks aggregated over, default all) limits
+    the missing-runs warning to those.
     """
     if not paths:
         raise AggregationError("no --runs given; pass one or more run directories")
@@ -92,7 +95,7 @@ def load_datasets(
                 warn_if_pooled(runs, name)
             groups = {name: runs}
         if layout == "project":  # the other layouts' readers count their seed files
-            _warn_missing_runs(path, groups)
+            _warn_missing_runs(path, groups, [canonical_task(t) for t in tasks])
         for label, group in groups.items():
             if label in datasets:
                 raise AggregationError(f"algorithm label '{label}' occurs twice; give distinct "

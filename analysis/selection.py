@@ -119,11 +119,11 @@ def final_scores(runs: Sequence[Run], tasks: Sequence[str], step: int, window: i
     _warn_runs(label, f"have fewer than window={window} evaluations and average what they have",
                short)
     if all(len(c) == 0 for c in columns):
-        ends = sorted({int(r.steps[-1]) for r in runs if r.task in tasks})
-        last = f"{ends[0]}" if len(ends) == 1 else f"{ends[0]} to {ends[-1]}"
+        chosen = [r for r in runs if r.task in tasks]
+        first, last = min(int(r.steps[0]) for r in chosen), max(int(r.steps[-1]) for r in chosen)
         raise AggregationError(f"{label}: no run has an evaluation usable at step {step} (the "
-                               f"runs' last evaluations are at {last}); --step sets the step "
-                               "each run is scored at")
+                               f"runs evaluated from step {first} to {last}); --step sets the "
+                               "step each run is scored at")
     return ScoreMatrix(_pack(columns), tuple(tasks), tuple(ids), tuple(used_steps))
 
 

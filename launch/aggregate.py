@@ -63,7 +63,7 @@ def run(collected: list[str]) -> None:
     settings = settings_from_flags()
     check_settings(settings)
     datasets, sources = load_datasets(FLAGS.runs, FLAGS.labels, FLAGS.group_by,
-                                      FLAGS.npy_eval_every, FLAGS.npy_first_step)
+                                      FLAGS.npy_eval_every, FLAGS.npy_first_step, FLAGS.tasks)
     out = Path(FLAGS.out)
     created = not out.exists()
     try:  # once the inputs are read (bad ones create nothing), before the bootstrap

@@ -3,7 +3,8 @@
     python launch/run_sac.py --env=humanoid-stand --utd=8 --intervention=clip
 
 Results go to <logdir>/sac/<env>/<run_name>/ (config.json, eval.csv, train.csv,
-diagnostics.csv, interventions.csv, <seed>.txt, checkpoints/).
+diagnostics.csv, interventions.csv, <seed>.txt, checkpoints/, done.json once finished or
+diverged.json when training diverged, and .lock, held while a process trains the run).
 """
 
 import dataclasses

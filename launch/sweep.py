@@ -96,8 +96,8 @@ def _extra_flags(trailing: list[str]) -> list[str]:
     names = [arg.split("=")[0] for arg in extra]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
-        raise SweepError(f"{', '.join(twice)} given more than once for the run scripts (in "
-                         "--extra and after `--`); give each once")
+        raise SweepError(f"{', '.join(twice)} given more than once for the run scripts "
+                         "(--extra and the flags after `--` together); give each once")
     return extra
 
 

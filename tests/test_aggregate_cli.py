@@ -130,8 +130,8 @@ def test_warnings_are_printed_and_kept_in_the_outputs(tmp_path):
     result = aggregate(f"--runs={logdir}", f"--out={tmp_path / 'new'}", "--plots=false")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].endswith(
-        "no run has an evaluation usable at step 1000000 (the runs' last evaluations are at "
-        "10000); --step sets the step each run is scored at")
+        "no run has an evaluation usable at step 1000000 (the runs evaluated from step 10000 "
+        "to 10000); --step sets the step each run is scored at")
     assert not (tmp_path / "new").exists()
 
 

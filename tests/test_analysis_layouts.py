@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -270,3 +271,7 @@ def test_missing_runs_of_a_sweep_are_warned_about_across_tasks_and_groups(tmp_pa
         load_datasets([str(tmp_path)], group_by=["intervention"])
     with pytest.warns(AggregationWarning, match=r"missing runs .*: \S+ on walker-run \(3/4\)$"):
         load_datasets([str(tmp_path)])
+    with warnings.catch_warnings(record=True) as caught:  # walker-run is not aggregated
+        warnings.simplefilter("always")
+        load_datasets([str(tmp_path)], group_by=["intervention"], tasks=["cheetah-run"])
+    assert not [w for w in caught if "missing runs" in str(w.message)]

@@ -176,7 +176,7 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
      "sweep: --max_parallel must be >= 1, got 0"),
     (["--envs=cheetah-run", "--poll_s=-1"], "sweep: flag --poll_s=-1: "),
     (["--envs=cheetah-run", "--extra=--clip_c=2", "--", "--clip_c=3"],
-     "sweep: --clip_c given more than once for the run scripts (in --extra and after `--`)"),
+     "sweep: --clip_c given more than once for the run scripts (--extra and the flags after"),
 ])
 def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
