@@ -174,11 +174,15 @@ def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
                "--intervention=reset", "--intervention_steps=300", timeout=120)
     assert proc.stderr.startswith("warning: --intervention=reset at env steps 300 never happens")
     # BRO's reset steps by default: the first, 15001, is named when the run ends before it.
-    proc = run("run_bro.py", "--env=cartpole-swingup", f"--logdir={tmp_path}", "--max_steps=100",
-               "--start_steps=50", "--eval_every=100", "--eval_episodes=1", "--progress=false",
-               "--critic_width=16", "--actor_width=16", "--action_repeat=8", timeout=120)
-    assert "warning: --intervention=reset never happens: BRO's reset steps (the first at env " \
-           "step 15001) are at or after --max_steps=100" in proc.stderr
+    bro = ("from absl import flags; import launch.run_bro as r; "
+           "from launch.config import config_from_flags; "
+           "flags.FLAGS(['run_bro.py', '--max_steps=100', '--start_steps=50']); "
+           "print(r.bro_schedule_warning(r.adjust(config_from_flags('bro'))))")
+    proc = subprocess.run([sys.executable, "-c", bro], capture_output=True, text=True, cwd=REPO,
+                          timeout=120, check=True)
+    assert proc.stdout.strip() == (
+        "--intervention=reset never happens: BRO's reset steps (the first at env step 15001) "
+        "are at or after --max_steps=100, and a run intervenes only before its last step")
 
 
 def test_train_envs_seeded_like_eval_envs_are_warned_about():

@@ -205,6 +205,11 @@ def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith("error: interrupted; the same command resumes")
+    config_path = run_dir(tmp_path, "none") / "config.json"
+    config = json.loads(config_path.read_text())
+    today = dict(config["versions"])
+    config["versions"]["jax"] = "0.0.1"  # as if the run had started with another jax
+    config_path.write_text(json.dumps(config))
     resumed = run("run_sac.py", *args, "--progress=true")
     assert "resumed from the checkpoint" in resumed.stderr
     # The progress bar shows the evaluation before the checkpoint from its first line on.
@@ -215,6 +220,13 @@ def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path)
                      if line.startswith("sac cartpole-swingup"))
     mean = sum(returns) / len(returns)
     assert f"eval_return={mean:.1f}" in first_bar, first_bar
+    # The resume warned about the versions, and config.json keeps the earlier ones.
+    assert f"warning: resuming with other versions than the run's earlier part: jax 0.0.1 -> " \
+           f"{today['jax']}; config.json keeps those up to env step {step}" in resumed.stderr
+    config = json.loads(config_path.read_text())
+    assert config["versions"] == today
+    assert config["earlier_versions"] == [{"until_env_step": int(step),
+                                           "versions": {**today, "jax": "0.0.1"}}]
 
 
 @pytest.mark.parametrize("resume, again", [("auto", "the same command starts it over"),
@@ -235,20 +247,3 @@ def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, r
     checkpoints = run_dir(tmp_path, "none") / "checkpoints"
     assert not checkpoints.exists() or not [n for n in os.listdir(checkpoints) if n.isdigit()]
 
-
-def test_a_resume_with_other_library_versions_warns_and_keeps_the_earlier_ones(tmp_path):
-    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}",
-            "--max_steps=500"]
-    kill_while_saving(args, 3)  # checkpoints at 125 and 250 complete, the one at 375 not
-    config_path = run_dir(tmp_path, "none") / "config.json"
-    config = json.loads(config_path.read_text())
-    today = dict(config["versions"])
-    config["versions"]["jax"] = "0.0.1"
-    config_path.write_text(json.dumps(config))
-    resumed = run("run_sac.py", *args)
-    assert f"warning: resuming with other versions than the run's earlier part: jax 0.0.1 -> " \
-           f"{today['jax']}; config.json keeps those up to env step 250" in resumed.stderr
-    config = json.loads(config_path.read_text())
-    assert config["versions"] == today
-    assert config["earlier_versions"] == [{"until_env_step": 250,
-                                           "versions": {**today, "jax": "0.0.1"}}]
