@@ -119,6 +119,18 @@ class CheckpointMismatch(CannotResume):
 IO_FAILURES = ("RESOURCE_EXHAUSTED", "No space left", "PERMISSION_DENIED", "Input/output error")
 
 
+def _io_failure(error: Exception) -> bool:
+    """Whether a restore failed reading its files (I/O errors, permissions: try again later),
+    not on their contents (corrupt, truncated or missing files). Tensorstore reports the OS
+    error of a failed read as a ValueError with its os_error_code."""
+    if isinstance(error, OSError):
+        return not isinstance(error, FileNotFoundError)
+    text = str(error)
+    return isinstance(error, ValueError) and (
+        "os_error_code=" in text and "os_error_code='2'" not in text  # ENOENT: missing file
+        or any(code in text for code in IO_FAILURES))
+
+
 class CheckpointCorrupt(CannotResume):
     """No checkpoint in the directory could be restored."""
 
@@ -241,7 +253,7 @@ class Checkpointer:
                                        f"{self.directory} ran out of memory; it is kept, and the "
                                        "same command resumes from it on a machine with more "
                                        "free memory") from None
-                if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+                if _io_failure(e):
                     raise CannotResume(f"reading the checkpoint at env step {step} in "
                                        f"{self.directory} failed ({type(e).__name__}: {e}); it "
                                        "is kept, and the same command tries it again") from None

@@ -111,8 +111,8 @@ def write_json(path: str, record: dict, **dump_args) -> None:
 
 def lock_run_dir(run_dir: str):
     """An exclusive lock on the run directory (its `.lock` file) for as long as the returned
-    file stays open (the process's life); CannotResume naming the holder when another process
-    has it, as when the same run is launched twice."""
+    file stays open (the process's life); RunDirInUse naming the holder when another process
+    has it, as when the same run is launched twice. A filesystem without locks warns."""
     path = os.path.join(run_dir, ".lock")
     handle = open(path, "a+")  # noqa: SIM115 - held open on purpose
     try:

@@ -2,7 +2,7 @@
 
 Exit codes: 0 finished, 2 bad input (one line on stderr, before anything is compiled),
 1 a failure while training (a message on stderr), 75 the run directory is in use by another
-process (EX_TEMPFAIL: a sweep relaunches such a job later).
+process (EX_TEMPFAIL: a sweep records such a job as interrupted, which its next launch reruns).
 """
 
 import logging as std_logging
@@ -79,11 +79,10 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         check_clip_parts(agent, cfg)
         # Held until the process ends: a second launch of this run is refused, before it reads
         # or writes anything there, rather than racing this one over checkpoints and logs.
-        lock_path = os.path.join(cfg.run_dir, ".lock")
-        lock = lock_run_dir(cfg.run_dir) if os.path.exists(lock_path) else None
+        lock = _lock(cfg.run_dir) if os.path.exists(os.path.join(cfg.run_dir, ".lock")) else None
         state = resume_state(cfg, config_record(cfg, agent.config))  # refusals create nothing
         check_writable(cfg.run_dir)
-        lock = lock or lock_run_dir(cfg.run_dir)  # noqa: F841 - released when the process ends
+        lock = lock or _lock(cfg.run_dir)  # noqa: F841 - released when the process ends
     except (ConfigError, UnknownEnvError) as e:
         _fail(str(e), 2)
     except CannotResume as e:
@@ -111,10 +110,14 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     except OSError as e:  # a full disk, a lost mount: the checkpoints written so far stand
         # orbax's abandoned write tasks would log their errors at exit, below this one's line
         std_logging.getLogger("asyncio").setLevel(std_logging.CRITICAL)
-        again = (f"the same command resumes {cfg.run_dir} from its last complete checkpoint"
-                 if checkpoint_dirs(cfg.run_dir)[0] else
-                 f"no checkpoint of {cfg.run_dir} was complete, so the same command starts it "
-                 "over")
+        if not os.path.isdir(cfg.run_dir):  # a lost mount: what it holds cannot be seen
+            again = (f"the same command resumes {cfg.run_dir} from its last complete "
+                     "checkpoint, if one was written,")
+        elif checkpoint_dirs(cfg.run_dir)[0]:
+            again = f"the same command resumes {cfg.run_dir} from its last complete checkpoint"
+        else:
+            again = (f"no checkpoint of {cfg.run_dir} was complete, so the same command starts "
+                     "it over")
         _fail(f"{e}; {again} once that is fixed", 1)
     except KeyboardInterrupt:
         if checkpoint_dirs(cfg.run_dir)[0]:
@@ -124,6 +127,16 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
                  else "the same command starts it over")
         _fail(f"interrupted before the first checkpoint (every {cfg.checkpoint_every:,} env "
               f"steps, at an episode end) of {cfg.run_dir}; {again}", 130)
+
+
+def _lock(run_dir: str):
+    """lock_run_dir, with a .lock that cannot be opened (a read-only run directory) refused as
+    an unwritable one."""
+    try:
+        return lock_run_dir(run_dir)
+    except OSError as e:
+        raise ConfigError(f"cannot write to the run directory {run_dir}: {e.strerror}; "
+                          "choose a writable --logdir") from None
 
 
 def check_writable(run_dir: str) -> None:

@@ -89,6 +89,16 @@ def test_unwritable_logdir(tmp_path):
     assert len(lines) == 1 and "cannot write to the run directory" in lines[0]
 
 
+def test_a_run_directory_whose_lock_cannot_be_opened_is_unwritable(tmp_path):
+    run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
+    (run_dir / ".lock").mkdir(parents=True)  # as a read-only directory would refuse it
+    proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", check=False, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: cannot write to the run directory {run_dir}: Is a directory; choose a "
+        "writable --logdir"]
+
+
 def test_logdir_holding_a_run_with_another_config(tmp_path):
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
     run_dir.mkdir(parents=True)

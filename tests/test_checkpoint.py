@@ -169,3 +169,24 @@ def test_a_full_disk_while_saving_is_an_os_error_and_a_bug_is_not(saved, monkeyp
     monkeypatch.setattr(saved.manager, "save", bug)
     with pytest.raises(ValueError, match="a tree that does not fit"):
         saved.save(4, device_tree(4.0), host_arrays(4), {"env_step": 4})
+
+
+def test_a_read_error_reported_by_tensorstore_keeps_the_checkpoint(saved, monkeypatch):
+    """Tensorstore reports a failed read (EIO, a stale NFS handle) as a ValueError carrying the
+    OS error; a missing file (ENOENT) is damage, and that checkpoint is set aside."""
+    def unreadable(step, template):
+        raise ValueError(f"UNKNOWN: Error reading local file \"{step}/device/d/x\": "
+                         "[os_error_code='5']")
+
+    monkeypatch.setattr(saved, "_restore", unreadable)
+    with pytest.raises(CannotResume, match="failed \\(ValueError: UNKNOWN: Error reading.*it is "
+                                           "kept"):
+        saved.restore_latest(device_tree(0.0))
+    assert saved.steps() == [2, 3]
+
+    def missing(step, template):
+        raise ValueError("NOT_FOUND: Error opening \"x\": [os_error_code='2']")
+
+    monkeypatch.setattr(saved, "_restore", missing)
+    with pytest.raises(CheckpointCorrupt):
+        saved.restore_latest(device_tree(0.0))

@@ -114,7 +114,7 @@ class RunJob(submitit.helpers.Checkpointable):
                 fcntl.flock(run_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return "running"
-            except OSError:  # a filesystem without locks: the run script's own lock remains
+            except OSError:  # a filesystem without locks: run unguarded (the run script warns)
                 pass
             return self._run()
 
