@@ -185,3 +185,13 @@ def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / ".sweep").exists()
+
+
+def test_extra_flags_with_separate_values_are_not_taken_for_repeated_flags(tmp_path):
+    """`--clip_c 2 --clip_ns_steps 2` repeats a value, not a flag (--status launches nothing)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
+                           f"--logdir={tmp_path}", "--envs=cheetah-run", "--status",
+                           "--extra=--clip_c 2 --clip_ns_steps 2"], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "pending" in proc.stdout
