@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 
 CSV_HEADERS = {
@@ -99,10 +100,11 @@ def read_config(run_dir: str) -> dict | None:
 
 
 def write_json(path: str, record: dict, **dump_args) -> None:
-    """Write `record` to `path` atomically: a reader (or a crash) sees the old file or the
-    new one, never part of one."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    """Write `record` to `path` (json.dump's `dump_args`) atomically: a reader, a crash or a
+    concurrent writer sees the old file or the new one, never part of one."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
         json.dump(record, f, **dump_args)
         f.flush()
         os.fsync(f.fileno())

@@ -92,13 +92,7 @@ def _extra_flags(trailing: list[str]) -> list[str]:
         if not arg.startswith("-"):
             raise SweepError(f"unexpected argument {arg!r}; flags for the run scripts go after "
                              "`--` or in --extra, as --name=value")
-    extra = [*split_extra(FLAGS.extra), *trailing]
-    names = [arg.split("=")[0] for arg in extra if arg.startswith("-")]  # not "--flag value"'s
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise SweepError(f"{', '.join(twice)} given more than once for the run scripts "
-                         "(--extra and the flags after `--` together); give each once")
-    return extra
+    return [*split_extra(FLAGS.extra), *trailing]
 
 
 def grid_jobs(trailing: list[str]) -> list[JobSpec]:

@@ -119,6 +119,8 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
 # Settings that may differ when a run resumes: how it resumes and shows progress, the library
 # versions, and how its logdir is spelled (the run directory itself is the one resumed).
 IGNORED_ON_RESUME = ("resume", "progress", "versions", "earlier_versions", "logdir")
+
+
 def _flat(record: dict, prefix: str = "") -> dict:
     """A config record's settings by dotted name: {"agent_config.hidden_dims": [...], ...}."""
     out = {}

@@ -37,6 +37,15 @@ def assert_same(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+def raising(error: BaseException):
+    """A stand-in for a function, raising `error` whatever it is called with."""
+
+    def stand_in(*args, **kwargs):
+        raise error
+
+    return stand_in
+
+
 @pytest.fixture
 def saved(tmp_path):
     ckpt = Checkpointer(str(tmp_path / "checkpoints"))
@@ -94,10 +103,7 @@ XLA_OUT_OF_MEMORY = RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying
                          ids=["host", "xla", "ctrl-c"])
 def test_running_out_of_memory_or_a_ctrl_c_while_restoring_keeps_the_checkpoint(saved, error,
                                                                                  monkeypatch):
-    def fail(*args, **kwargs):
-        raise error
-
-    monkeypatch.setattr(saved, "_restore", fail)
+    monkeypatch.setattr(saved, "_restore", raising(error))
     ctrl_c = isinstance(error, KeyboardInterrupt)
     with pytest.raises(KeyboardInterrupt if ctrl_c else CannotResume,
                        match=None if ctrl_c else "ran out of memory; it is kept"):
@@ -143,10 +149,7 @@ def test_a_checkpoint_of_another_agent_state_is_kept_and_named(saved):
 
 
 def test_an_io_error_while_restoring_keeps_the_checkpoint(saved, monkeypatch):
-    def fail(*args, **kwargs):
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(np, "load", fail)
+    monkeypatch.setattr(np, "load", raising(OSError(5, "Input/output error")))
     with pytest.raises(CannotResume, match="failed \\(OSError: \\[Errno 5\\] Input/output error"
                        "\\); it is kept"):
         saved.restore_latest(device_tree(0.0))
@@ -154,19 +157,14 @@ def test_an_io_error_while_restoring_keeps_the_checkpoint(saved, monkeypatch):
 
 
 def test_a_full_disk_while_saving_is_an_os_error_and_a_bug_is_not(saved, monkeypatch):
-    def full(*args, **kwargs):
-        raise ValueError('RESOURCE_EXHAUSTED: Error writing local file "x": Failed to write: '
-                         "No space left on device [os_error_code='28']")
-
-    monkeypatch.setattr(saved.manager, "save", full)
+    full = ValueError('RESOURCE_EXHAUSTED: Error writing local file "x": Failed to write: '
+                      "No space left on device [os_error_code='28']")
+    monkeypatch.setattr(saved.manager, "save", raising(full))
     with pytest.raises(OSError, match=r"writing the checkpoint at env step 4 in .* failed "
                                       r"\(RESOURCE_EXHAUSTED: Error writing local file"):
         saved.save(4, device_tree(4.0), host_arrays(4), {"env_step": 4})
 
-    def bug(*args, **kwargs):
-        raise ValueError("a tree that does not fit")
-
-    monkeypatch.setattr(saved.manager, "save", bug)
+    monkeypatch.setattr(saved.manager, "save", raising(ValueError("a tree that does not fit")))
     with pytest.raises(ValueError, match="a tree that does not fit"):
         saved.save(4, device_tree(4.0), host_arrays(4), {"env_step": 4})
 
@@ -174,19 +172,15 @@ def test_a_full_disk_while_saving_is_an_os_error_and_a_bug_is_not(saved, monkeyp
 def test_a_read_error_reported_by_tensorstore_keeps_the_checkpoint(saved, monkeypatch):
     """Tensorstore reports a failed read (EIO, a stale NFS handle) as a ValueError carrying the
     OS error; a missing file (ENOENT) is damage, and that checkpoint is set aside."""
-    def unreadable(step, template):
-        raise ValueError(f"UNKNOWN: Error reading local file \"{step}/device/d/x\": "
-                         "[os_error_code='5']")
-
-    monkeypatch.setattr(saved, "_restore", unreadable)
+    unreadable = ValueError("UNKNOWN: Error reading local file \"3/device/d/x\": "
+                            "[os_error_code='5']")
+    monkeypatch.setattr(saved, "_restore", raising(unreadable))
     with pytest.raises(CannotResume, match="failed \\(ValueError: UNKNOWN: Error reading.*it is "
                                            "kept"):
         saved.restore_latest(device_tree(0.0))
     assert saved.steps() == [2, 3]
 
-    def missing(step, template):
-        raise ValueError("NOT_FOUND: Error opening \"x\": [os_error_code='2']")
-
-    monkeypatch.setattr(saved, "_restore", missing)
+    missing = ValueError("NOT_FOUND: Error opening \"x\": [os_error_code='2']")
+    monkeypatch.setattr(saved, "_restore", raising(missing))
     with pytest.raises(CheckpointCorrupt):
         saved.restore_latest(device_tree(0.0))

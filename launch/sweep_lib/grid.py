@@ -155,12 +155,18 @@ def split_extra(extra: str | Iterable[str]) -> tuple[str, ...]:
 
 def _check_extra(extra: Sequence[str], train_flags: Sequence[tuple[str, int]]) -> None:
     """Extra flags come last on a job's command line, so one naming a setting the sweep sets
-    would override it (a UTD-1 job writing UTD-8 results, or two jobs sharing a run dir)."""
+    would override it (a UTD-1 job writing UTD-8 results, or two jobs sharing a run dir), and
+    a flag given twice would be set by its last copy alone."""
     set_here = {name for name, _ in train_flags}
+    seen = set()
     for arg in extra:
         name = arg.lstrip("-").split("=", 1)[0]
-        if not arg.startswith("-"):
+        if not arg.startswith("-"):  # the value of a "--flag value" pair
             continue
+        if name in seen:
+            raise SweepError(f"--{name} given more than once for the run scripts (--extra and "
+                             "the flags after `--` together); give each once")
+        seen.add(name)
         if name in SET_BY_SWEEP:
             raise SweepError(f"the extra flag {arg!r} sets --{name}, which the sweep sets for "
                              f"each job; use the sweep's own settings ({', '.join(GRID_KEYS)})")

@@ -21,10 +21,11 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from launch.run_files import write_json
 
 SWEEP_DIR = ".sweep"
 HEARTBEAT_S = 10.0
@@ -79,15 +80,6 @@ def read_json(path: str) -> dict[str, Any]:
         return {}
 
 
-def write_json(path: str, record: Mapping[str, Any]) -> None:
-    """Write atomically: a reader sees the old or the new object, never half of one."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-
-
 @contextlib.contextmanager
 def _locked(path: str) -> Iterator[None]:
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -103,7 +95,7 @@ def update_record(path: str, **changes: Any) -> dict[str, Any]:
     """Merge `changes` into the record at `path` under its lock; returns the new record."""
     with _locked(path):
         record = {**read_json(path), **changes, "updated": time.time()}
-        write_json(path, record)
+        write_json(path, record, indent=1, sort_keys=True)
     return record
 
 

@@ -139,7 +139,7 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
     launch_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     launch_path = paths.launch(launch_id)
     write_json(launch_path, {"executor": options.kind, "keys": [s.key for s in specs],
-                             "submitter": this_process(), "submitted": False})
+                             "submitter": this_process(), "submitted": False}, indent=1)
     jobs = []
     for spec in specs:
         argv = spec.argv(paths.logdir)
@@ -174,7 +174,7 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
         for job in jobs:
             update_record(job.record, state="interrupted", detail=f"submission failed: {message}")
         raise SweepError(f"submitting the jobs failed: {message}") from None
-    write_json(launch_path, {**read_json(launch_path), **details, "submitted": True})
+    write_json(launch_path, {**read_json(launch_path), **details, "submitted": True}, indent=1)
     return launch_id
 
 
