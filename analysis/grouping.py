@@ -38,7 +38,8 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]
     """One algorithm per distinct value tuple of `keys`, labelled like 'intervention=clip,utd=8'."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
-        groups.setdefault(group_label(run.config, keys, run.source), []).append(run)
+        source = run.config_source or run.source
+        groups.setdefault(group_label(run.config, keys, source), []).append(run)
     return dict(sorted(groups.items()))
 
 

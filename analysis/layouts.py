@@ -38,6 +38,7 @@ class Run:
     returns: np.ndarray
     source: str
     config: dict = dataclasses.field(default_factory=dict, compare=False)
+    config_source: str = ""  # the file `config` was read from, if any
     stopped: str = ""  # why training stopped early (this project's diverged.json), if known
     stopped_at: int | None = None  # the env step it stopped at
 
@@ -47,7 +48,8 @@ def canonical_task(name: str) -> str:
     return TASK_ALIASES.get(name, name)
 
 
-def _make_run(task: str, run_id: str, steps, returns, source: str, config=None) -> Run | None:
+def _make_run(task: str, run_id: str, steps, returns, source: str, config=None,
+              config_source=None) -> Run | None:
     steps = np.asarray(steps, dtype=np.int64)
     returns = np.asarray(returns, dtype=np.float64)
     keep = np.isfinite(returns)
@@ -63,7 +65,8 @@ def _make_run(task: str, run_id: str, steps, returns, source: str, config=None) 
     if np.any(np.diff(steps) == 0):
         raise AggregationError(f"{source}: env_step values repeat; expected one evaluation "
                                "per step per seed")
-    return Run(canonical_task(task), run_id, steps, returns, source, config or {})
+    return Run(canonical_task(task), run_id, steps, returns, source, config or {},
+               str(config_source or ""))
 
 
 @contextlib.contextmanager
@@ -203,7 +206,7 @@ def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
     for seed in sorted(rows, key=lambda s: (len(s), s)):
         steps, returns = zip(*rows[seed], strict=True)
         run = _make_run(config["env"], f"{name or run_dir.name}/seed{seed}", steps, returns,
-                        f"{run_dir / 'eval.csv'} seed {seed}", config)
+                        f"{run_dir / 'eval.csv'} seed {seed}", config, run_dir / "config.json")
         if run is not None and diverged is not None:
             step, bad = diverged.get("env_step"), diverged.get("seed")
             why = (f"diverged at env step {step}: {diverged.get('what')}" if str(bad) == seed

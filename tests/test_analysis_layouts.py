@@ -78,8 +78,8 @@ def test_group_by_splits_by_config_values_including_dotted_paths(tmp_path):
                               "intervention=reset,utd=8"]
     assert config_value(runs[0].config, "agent_config.hidden_dims", "x") == [256, 256]
     assert list(group_runs(runs, ["versions.jax"])) == ["versions.jax=0.10.2"]
-    with pytest.raises(AggregationError, match="unknown group key 'agent_config.width'.*"
-                                               "hidden_dims"):
+    with pytest.raises(AggregationError, match=r"unknown group key 'agent_config.width' in "
+                                               r"\S*config.json: .*hidden_dims"):
         group_runs(runs, ["agent_config.width"])
 
 
