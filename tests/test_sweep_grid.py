@@ -104,6 +104,9 @@ def test_presets_are_the_task_lists_of_the_published_data():
     ({"envs": "cheetah-run", "extra": ["--run_name", "x"]}, "sets --run_name"),
     ({"envs": "cheetah-run", "max_steps": 100, "extra": "--max_steps=200"},
      "the extra flag '--max_steps=200' and the sweep setting max_steps both set --max_steps"),
+    ({"envs": "cheetah-run", "extra": "--noprogress --progress=true"},
+     "--progress given more than once"),
+    ({"envs": "cheetah-run", "extra": "--clip_c -2 --clip_c=3"}, "--clip_c given more than once"),
 ])
 def test_bad_settings_raise_one_line(settings, message):
     with pytest.raises(ValueError) as error:

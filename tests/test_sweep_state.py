@@ -1,8 +1,10 @@
 """The sweep's records: what a record means now (liveness of its process, worker or SLURM
 job), atomic locked updates, and the last line of a job's stderr."""
 
+import json
 import multiprocessing
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -10,9 +12,11 @@ import time
 
 import pytest
 
+from launch.sweep_lib.grid import JobSpec, SweepError
 from launch.sweep_lib.job import last_line
 from launch.sweep_lib.state import (
     STALE_AFTER_S,
+    Status,
     SweepPaths,
     describe,
     process_start,
@@ -20,7 +24,7 @@ from launch.sweep_lib.state import (
     this_process,
     update_record,
 )
-from launch.sweep_lib.submit import _MISSING, recorded_setting, same_setting
+from launch.sweep_lib.submit import _MISSING, check_finished, recorded_setting, same_setting
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +162,30 @@ def test_recorded_settings_include_the_agents_hyperparameters():
     assert recorded_setting(config, "num_layers") == 2
     assert recorded_setting(config, "tau") is _MISSING
     assert not same_setting(recorded_setting(config, "hidden_dim"), "32")
+
+
+@pytest.mark.parametrize("launched, now, config, differs", [
+    # "--flag value" pairs: their values are compared, as "--flag=value" ones are.
+    (["--clip_c", "2"], ["--clip_c", "3"], {}, "--clip_c=2 there, --clip_c=3 now"),
+    (["--clip_c", "2"], ["--clip_c=2.0"], {}, None),
+    ([], ["--clip_c", "3"], {"agent_config": {"clip_c": 2.0}}, "clip_c: 2.0 there, '3' now"),
+    # A boolean's --noflag and --flag=false are one setting.
+    (["--nodiagnostics"], ["--diagnostics=false"], {"diagnostics": False}, None),
+    (["--nodiagnostics"], ["--diagnostics"], {"diagnostics": False},
+     "diagnostics: False there, 'true' now"),
+    (["--noprogress"], ["--progress"], {}, None),  # changes nothing a run computed
+])
+def test_a_finished_run_is_compared_with_the_extra_flags_however_they_are_spelled(
+        tmp_path, launched, now, config, differs):
+    spec = JobSpec("sac", "cheetah-run", "clip", 1, 0, 1, extra=tuple(now))
+    run_dir = tmp_path / spec.key
+    run_dir.mkdir(parents=True)
+    recorded = {"env": "cheetah-run", "utd": 1, "intervention": "clip", "seed": 0,
+                "num_seeds": 1, **config}
+    (run_dir / "config.json").write_text(json.dumps(recorded))
+    status = Status("done", "", {"spec": {"extra": launched}})
+    if differs is None:
+        check_finished([spec], {spec.key: status}, str(tmp_path))
+    else:
+        with pytest.raises(SweepError, match=re.escape(differs)):
+            check_finished([spec], {spec.key: status}, str(tmp_path))

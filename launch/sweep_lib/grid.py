@@ -153,16 +153,48 @@ def split_extra(extra: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(extra)
 
 
+def _is_value(arg: str) -> bool:
+    """Whether an argument after a `--flag` is its value: not a flag, or a negative number."""
+    if not arg.startswith("-"):
+        return True
+    try:
+        float(arg)
+    except ValueError:
+        return False
+    return True
+
+
+def extra_settings(extra: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(flag name, value text, as given) for each flag among extra run-script flags, read as
+    absl reads them: `--flag=value` and `--flag value`; a flag without a value is a boolean,
+    `--flag` being "true" and `--noflag` the flag `flag` with "false"."""
+    settings = []
+    i = 0
+    while i < len(extra):
+        arg = extra[i]
+        i += 1
+        if not arg.startswith("-"):  # a stray argument: the run script refuses it
+            continue
+        name, eq, value = arg.lstrip("-").partition("=")
+        if eq:
+            settings.append((name, value, arg))
+        elif i < len(extra) and _is_value(extra[i]):
+            settings.append((name, extra[i], f"{arg} {extra[i]}"))
+            i += 1
+        elif name.startswith("no") and len(name) > 2:
+            settings.append((name[2:], "false", arg))
+        else:
+            settings.append((name, "true", arg))
+    return settings
+
+
 def _check_extra(extra: Sequence[str], train_flags: Sequence[tuple[str, int]]) -> None:
     """Extra flags come last on a job's command line, so one naming a setting the sweep sets
     would override it (a UTD-1 job writing UTD-8 results, or two jobs sharing a run dir), and
     a flag given twice would be set by its last copy alone."""
     set_here = {name for name, _ in train_flags}
     seen = set()
-    for arg in extra:
-        name = arg.lstrip("-").split("=", 1)[0]
-        if not arg.startswith("-"):  # the value of a "--flag value" pair
-            continue
+    for name, _, arg in extra_settings(extra):
         if name in seen:
             raise SweepError(f"--{name} given more than once for the run scripts (--extra and "
                              "the flags after `--` together); give each once")

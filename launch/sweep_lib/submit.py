@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import submitit
 
-from launch.sweep_lib.grid import JobSpec, SweepError
+from launch.sweep_lib.grid import JobSpec, SweepError, extra_settings
 from launch.sweep_lib.job import LocalWorker, RunJob
 from launch.sweep_lib.state import (
     FINAL_STATES,
@@ -271,13 +271,9 @@ def recorded_setting(config: Mapping, name: str) -> object:
 
 
 def _extra_flags(extra: Sequence[str]) -> dict[str, str]:
-    """{name: value text} of extra flags (value "" for --flag / --noflag), harmless ones out."""
-    flags = {}
-    for arg in extra:
-        name, _, value = arg.lstrip("-").partition("=")
-        if arg.startswith("-") and name.removeprefix("no") not in HARMLESS_EXTRA:
-            flags[name] = value
-    return flags
+    """{name: value text} of extra flags (`extra_settings`), harmless ones left out."""
+    return {name: value for name, value, _ in extra_settings(extra)
+            if name not in HARMLESS_EXTRA}
 
 
 def _extra_differences(launched: Sequence[str], now: Sequence[str], config: Mapping) -> list:
@@ -285,11 +281,10 @@ def _extra_differences(launched: Sequence[str], now: Sequence[str], config: Mapp
     since (its setting may have gone back to the default), a value changed, or a flag added
     that config.json does not record (added ones it records are compared with it)."""
     before, after = _extra_flags(launched), _extra_flags(now)
-    out = [f"--{n}{'=' + v if v else ''} there, not given now" for n, v in before.items()
-           if n not in after]
+    out = [f"--{n}={v} there, not given now" for n, v in before.items() if n not in after]
     out += [f"--{n}={before[n]} there, --{n}={v} now" for n, v in after.items()
             if n in before and not same_setting(before[n], v)]
-    out += [f"--{n}{'=' + v if v else ''} not given there" for n, v in after.items()
+    out += [f"--{n}={v} not given there" for n, v in after.items()
             if n not in before and recorded_setting(config, n) is _MISSING]
     return out
 
@@ -308,7 +303,7 @@ def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
         config = read_json(os.path.join(spec.run_dir(logdir), "config.json"))
         wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
                   "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
-        wanted.update({n: v for n, v in _extra_flags(spec.extra).items() if v})
+        wanted.update(_extra_flags(spec.extra))
         differ = []
         for name, value in wanted.items():
             there = recorded_setting(config, name)
