@@ -5,6 +5,7 @@ every row it logged on disk; `offsets()` / `truncate_to()` let a resumed run cut
 back to the moment of its checkpoint, so rows are neither duplicated nor lost.
 """
 
+import contextlib
 import copy
 import csv
 import dataclasses
@@ -99,16 +100,29 @@ def read_config(run_dir: str) -> dict | None:
     return record
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json(path: str, record: dict, **dump_args) -> None:
     """Write `record` to `path` (json.dump's `dump_args`) atomically: a reader, a crash or a
-    concurrent writer sees the old file or the new one, never part of one."""
+    concurrent writer sees the old file or the new one, never part of one. The file gets the
+    permissions `open` would give it (mkstemp's are owner-only)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f, **dump_args)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, **dump_args)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def lock_run_dir(run_dir: str):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import stat
 import time
 
 import jax
@@ -43,6 +44,10 @@ def test_writes_every_file(finished_run):
     assert {"jax", "flax", "mujoco", "dm_control"} <= set(config["versions"])
     assert json.loads((run_dir / "done.json").read_text())["env_step"] == 2500
     assert b"\r" not in (run_dir / "eval.csv").read_bytes(), "plain \\n line ends"
+    # Collaborators read the JSON files as they read the CSVs (not owner-only, as mkstemp's).
+    mode = stat.S_IMODE((run_dir / "eval.csv").stat().st_mode)
+    assert {stat.S_IMODE((run_dir / n).stat().st_mode) for n in ("config.json", "done.json")} \
+        == {mode}
     # A finished run keeps its last checkpoint only: the final agent, replay buffer and all.
     assert [n for n in os.listdir(run_dir / "checkpoints") if n.isdigit()] == ["2500"]
 
