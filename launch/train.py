@@ -69,23 +69,28 @@ def to_batch(sample: dict[str, np.ndarray]) -> Batch:
 
 def make_step_fns(agent: Agent):
     """Jitted, seed-vmapped functions of the loop: the training step (update, then the next
-    actions), the next actions alone (after an intervention) and the evaluation actions."""
+    actions), the next actions alone (after an intervention) and the evaluation actions.
 
-    def sample_actions(states, obs, keys):
-        keys, act_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
-        actions = jax.vmap(agent.act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
-        return actions, keys
+    The next env step's actions are drawn with a key derived from the loop's keys, which the
+    training step advances before drawing them and `next_actions` leaves as they are: drawn
+    again after an intervention, they use the same randomness, so an intervention that changes
+    no weight (a clip with nothing outside [1/c, c]) changes nothing in the run."""
+
+    def next_actions(states, obs, keys):
+        act_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
+        return jax.vmap(agent.act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
 
     def train_step(states, batches, obs, keys, metric_sums):
         states, metrics = jax.vmap(agent.update)(states, batches)
-        actions, keys = sample_actions(states, obs, keys)
+        keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+        actions = next_actions(states, obs, keys)
         metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
         return states, actions, keys, metric_sums
 
     def eval_act(states, obs):
         return jax.vmap(agent.act, in_axes=(0, 0, None, None))(states, obs, None, True)
 
-    return (jax.jit(train_step, donate_argnums=(0, 4)), jax.jit(sample_actions),
+    return (jax.jit(train_step, donate_argnums=(0, 4)), jax.jit(next_actions),
             jax.jit(eval_act))
 
 
@@ -188,7 +193,7 @@ class Trainer:
         self.random_actions = np.random.default_rng([cfg.seed, 1])
         self.init_keys = jnp.stack([jax.random.key(s) for s in seeds])
         self.init_fn = jax.jit(jax.vmap(lambda k: agent.init(k, self.obs_dim, self.act_dim)))
-        self.train_step, self.sample_actions, self.eval_act = make_step_fns(agent)
+        self.train_step, self.next_actions, self.eval_act = make_step_fns(agent)
         self.intervention: Intervention = build_intervention(
             agent, cfg, self.init_fn, self.init_keys
         )
@@ -210,7 +215,7 @@ class Trainer:
         if self.cfg.start_steps > 0:
             actions = self._random_actions()
         else:  # no random phase: the first action is the agent's too
-            actions, keys = self.sample_actions(states, obs, keys)
+            actions = self.next_actions(states, obs, keys)
         return Loop(
             env_step=0,
             states=states,
@@ -409,7 +414,7 @@ class Trainer:
         and evaluation, as Nikishin et al.'s SAC orders its resets (every 200,000 steps, which
         are evaluation steps): what a scheduled step evaluates and logs is the trained network,
         not one just reset or clipped. The next env step's actions then come from the agent
-        after the intervention, as there. BRO's reference resets at the start of its listed
+        after the intervention, as there (drawn with the randomness they had before it). BRO's reference resets at the start of its listed
         steps' updates (15001, ...), one update (UTD gradient steps) earlier than here. The
         last step of a run has none: nothing trains after it, and the final checkpoint keeps
         the trained agent."""
@@ -417,7 +422,7 @@ class Trainer:
             loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
             self.files.write_interventions(rows)
             if loop.env_step >= self.cfg.start_steps:  # else the next actions are random
-                actions, loop.keys = self.sample_actions(loop.states, loop.obs, loop.keys)
+                actions = self.next_actions(loop.states, loop.obs, loop.keys)
                 loop.actions = np.asarray(actions)
                 if not np.isfinite(loop.actions).all():
                     self.check_divergence(loop)

@@ -232,7 +232,8 @@ def test_episodes_ending_for_some_seeds_only_stop_the_run_naming_them(monkeypatc
 @pytest.mark.parametrize("start_steps", [0, 20])
 def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, start_steps):
     """As in Nikishin et al.'s loop, the action after a reset is the reset agent's (it is
-    drawn again after the intervention), and without a random phase the first one is too."""
+    drawn again after the intervention, with the same key), and without a random phase the
+    first one is the agent's too."""
     agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
     trainer = train.Trainer(agent, TrainConfig(
         env="cartpole-swingup", num_seeds=2, max_steps=100, start_steps=start_steps,
@@ -241,7 +242,7 @@ def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, st
     loop, started = trainer.start(), time.time()
     if start_steps == 0:
         first_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(trainer.init_keys)
-        expected, _ = trainer.sample_actions(loop.states, loop.obs, first_keys)
+        expected = trainer.next_actions(loop.states, loop.obs, first_keys)
         np.testing.assert_array_equal(loop.actions, expected)
     while loop.env_step < 29:
         trainer.iteration(loop, started)
@@ -249,10 +250,30 @@ def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, st
     trainer.learn = lambda loop: None  # step 30's env step only: intervene_if_due follows
     keys = loop.keys
     trainer.iteration(loop, started)
-    reset, _ = trainer.sample_actions(loop.states, loop.obs, keys)
-    before, _ = trainer.sample_actions(trained, loop.obs, keys)
+    assert loop.keys is keys
+    reset = trainer.next_actions(loop.states, loop.obs, keys)
+    before = trainer.next_actions(trained, loop.obs, keys)
     np.testing.assert_array_equal(loop.actions, reset)
     assert not np.allclose(reset, before)
+
+
+def test_a_clip_that_changes_no_weight_changes_nothing_in_the_run(tmp_path):
+    """With c large enough that no singular value is outside [1/c, c], a clipped run is the
+    run without interventions, bit for bit: clip and no clip stay a paired comparison."""
+    args = [*FAST_SAC, "--max_steps=1200", "--start_steps=300", "--eval_every=600",
+            "--log_every=600", "--batch_size=32", "--diagnostics=false"]
+    run("run_sac.py", *args, f"--logdir={tmp_path}", "--intervention=none")
+    run("run_sac.py", *args, f"--logdir={tmp_path}", "--intervention=clip",
+        "--intervention_every=400", "--clip_c=1e6")
+    runs = tmp_path / "sac" / "cartpole-swingup"
+    changes = [float(r["value"]) for r in read_csv(runs / "clip-utd1-seed0" / "interventions.csv")
+               if r["metric"] == "fro_change"]
+    assert len(changes) > 1 and not any(changes)  # clips at steps 400 and 800 changed nothing
+    for name in ("eval.csv", "train.csv"):
+        rows = [read_csv(runs / f"{i}-utd1-seed0" / name) for i in ("none", "clip")]
+        for row in rows[0] + rows[1]:
+            row.pop("wall_time", None)
+        assert rows[0] == rows[1]
 
 
 def test_an_intervention_that_leaves_nan_weights_is_a_divergence(tmp_path):
