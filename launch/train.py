@@ -414,10 +414,10 @@ class Trainer:
         and evaluation, as Nikishin et al.'s SAC orders its resets (every 200,000 steps, which
         are evaluation steps): what a scheduled step evaluates and logs is the trained network,
         not one just reset or clipped. The next env step's actions then come from the agent
-        after the intervention, as there (drawn with the randomness they had before it). BRO's reference resets at the start of its listed
-        steps' updates (15001, ...), one update (UTD gradient steps) earlier than here. The
-        last step of a run has none: nothing trains after it, and the final checkpoint keeps
-        the trained agent."""
+        after the intervention, as there, drawn with the randomness they had before it. BRO's
+        reference resets at the start of its listed steps' updates (15001, ...), one update
+        (UTD gradient steps) earlier than here. The last step of a run has none: nothing
+        trains after it, and the final checkpoint keeps the trained agent."""
         if self.intervention.schedule.due(loop.env_step):
             loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
             self.files.write_interventions(rows)
