@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.grouping import group_runs, warn_if_pooled
+from analysis.grouping import group_runs, result_settings, warn_if_pooled
 from analysis.layouts import Run, canonical_task, load_runs
 
 
@@ -29,7 +29,7 @@ def _warn_repeated_seeds(label: str, runs: Sequence[Run]) -> None:
     dirs: dict[tuple, list[str]] = {}
     for run in runs:  # the same seed under one configuration (runs merely pooled differ here)
         run_dir, _, seed = run.run_id.rpartition("/seed")
-        setting = tuple(str(run.config.get(k)) for k in ("agent", "intervention", "utd"))
+        setting = tuple(sorted(result_settings(run.config).items()))
         dirs.setdefault((run.task, seed, setting), []).append(run_dir)
     repeated = {key: where for key, where in dirs.items() if len(where) > 1}
     if repeated:
@@ -91,10 +91,10 @@ def load_datasets(
                 warnings.warn(f"{path}: --group_by applies to run dirs with config.json only; "
                               f"the {layout} layout there is one algorithm '{name}'",
                               AggregationWarning, stacklevel=2)
-            elif layout == "project":
-                warn_if_pooled(runs, name)
             groups = {name: runs}
         if layout == "project":  # the other layouts' readers count their seed files
+            for label, group in groups.items():  # within each group, in the other settings
+                warn_if_pooled(group, label, group_by)
             _warn_missing_runs(path, groups, [canonical_task(t) for t in tasks])
         for label, group in groups.items():
             if label in datasets:

@@ -43,11 +43,92 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]
     return dict(sorted(groups.items()))
 
 
-def warn_if_pooled(runs: Sequence[Run], label: str, keys: Sequence[str] = POOLING_KEYS) -> None:
-    """Warn when runs pooled into one algorithm differ in a setting that usually separates them."""
-    for key in keys:
-        values = {_format(r.config[key]) for r in runs if key in r.config}
-        if len(values) > 1:
-            warnings.warn(f"{label}: runs differ in {key} ({', '.join(sorted(values))}) but are "
-                          f"pooled into one algorithm; use --group_by={key} to separate them",
-                          AggregationWarning, stacklevel=2)
+# config.json settings that cannot change a run's evaluation returns, so runs that differ in
+# them may be pooled: the seeds and how they are split into processes (num_seeds: the seeds of
+# one process are vmapped and independent), the task (an algorithm spans tasks), where and
+# under which name the run is written, how it resumes, shows progress and checkpoints (a resumed
+# run continues exactly), what it logs besides evaluations (train.csv every log_every steps;
+# diagnostics.csv, whose replay batch has its own generator, with its dormant_taus and
+# srank_threshold), and the library versions. eval_every, eval_episodes and eval_seed_offset
+# do count: they set which steps are evaluated (the steps curves share, the evaluation a run
+# is scored by) and what one evaluation averages over.
+IGNORED_SETTINGS = ("seed", "num_seeds", "env", "logdir", "run_name", "resume", "progress",
+                    "checkpoint_every", "log_every", "diagnostics", "dormant_taus",
+                    "srank_threshold", "versions", "earlier_versions")
+LISTED_DIFFERENCES = 3
+
+
+def _flatten(config: dict, prefix: str = "") -> dict[str, object]:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _value_order(text: str) -> tuple:
+    try:
+        return 0, float(text), text
+    except ValueError:
+        return 1, 0.0, text
+
+
+def _inert(config: dict) -> set[str]:
+    """Settings the run's intervention does not read (launch/events.py): SingularClip's unless
+    it clips, the schedule when there is no intervention, intervention_every when
+    intervention_steps gives the steps."""
+    intervention = config.get("intervention")
+    inert = set()
+    if intervention in ("none", "reset"):
+        inert |= {key for key in config if key.startswith("clip_")}
+    if intervention == "none":
+        inert |= {"intervention_every", "intervention_steps"}
+    elif config.get("intervention_steps"):
+        inert.add("intervention_every")
+    return inert
+
+
+def result_settings(config: dict) -> dict[str, str]:
+    """{dotted key: value as text} of the config.json settings that can change a run's results:
+    every one but IGNORED_SETTINGS and the settings of an intervention the run does not make."""
+    ignored = {*IGNORED_SETTINGS, *_inert(config)}
+    return {key: _format(value) for key, value in _flatten(config).items()
+            if key.split(".")[0] not in ignored}
+
+
+def _order(key: str) -> tuple:
+    """The usual separating settings first, then top-level settings, then nested ones."""
+    first = POOLING_KEYS.index(key) if key in POOLING_KEYS else len(POOLING_KEYS)
+    return first, key.count("."), key
+
+
+def warn_if_pooled(runs: Sequence[Run], label: str, group_by: Sequence[str] = ()) -> None:
+    """Warn when runs pooled into one algorithm (the runs of one --runs entry, or one group of
+    --group_by keys `group_by`) differ in a setting that can change their results, naming the
+    settings (dotted paths for nested ones; a setting one run does not record counts as a
+    value of its own, one its intervention does not read as none) and the --group_by that
+    separates them."""
+    configs = [r.config for r in runs if r.config]
+    settings = [result_settings(c) for c in configs]
+    recorded = [_flatten(c) for c in configs]
+    keys = sorted({k for s in settings for k in s}, key=_order)
+    values = {k: sorted({s[k] if k in s else "(not recorded)" for s, r in
+                         zip(settings, recorded, strict=True) if k in s or k not in r},
+                        key=_value_order) for k in keys}
+    differ = [k for k in keys if len(values[k]) > 1]
+    if not differ:
+        return
+    shown = []
+    for key in differ[:LISTED_DIFFERENCES]:
+        vals = values[key]
+        text = ", ".join(vals[:4]) + (f", ... ({len(vals)} values)" if len(vals) > 4 else "")
+        shown.append(f"{key} ({text})")
+    more = len(differ) - LISTED_DIFFERENCES
+    detail = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+    suggestion = ",".join([*group_by, differ[0]])
+    warnings.warn(f"{label}: runs differ in {detail} but are pooled into one algorithm; use "
+                  f"--group_by={suggestion} to separate them"
+                  + (" (add more keys, comma-separated, as needed)" if len(differ) > 1 else ""),
+                  AggregationWarning, stacklevel=2)

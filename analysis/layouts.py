@@ -174,7 +174,9 @@ def _eval_rows(path: Path) -> csv.DictReader:
 
 def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
     """One run dir (config.json + eval.csv) -> one Run per seed found in eval.csv, with run ids
-    `<name>/seed<seed>` (name: the run dir's name unless given)."""
+    `<name>/seed<seed>` (name: the run dir's name unless given). Seeds of num_seeds missing
+    from eval.csv are warned about: as diverged before any evaluation (from diverged.json)
+    when that is why, so that the run is named and not just missing."""
     with reading(run_dir / "config.json"):
         config = json.loads((run_dir / "config.json").read_text())
     if not isinstance(config, dict) or "env" not in config:
@@ -198,10 +200,21 @@ def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
                                    f"env_step and return, got {row}") from None
         rows.setdefault(row["seed"], []).append(entry)
     expected = config.get("num_seeds")
-    if isinstance(expected, int) and len(rows) < expected:
-        warnings.warn(f"{run_dir}: eval.csv has {len(rows)} of num_seeds={expected} seeds",
-                      AggregationWarning, stacklevel=2)
+    counted = (f"eval.csv has {len(rows)} of num_seeds={expected} seeds"
+               if isinstance(expected, int) and len(rows) < expected else "")
     diverged = _read_diverged(run_dir)
+    unevaluated = _diverged_before_evaluating(diverged, config, rows)
+    if unevaluated:
+        step, bad = diverged.get("env_step"), diverged.get("seed")
+        stopping = ("" if unevaluated == [str(bad)] else
+                    f", stopping seeds {', '.join(unevaluated)} of its process")
+        whose = "its run is" if len(unevaluated) == 1 else "their runs are"
+        warnings.warn(f"{run_dir}: seed {bad} diverged at env step {step} "
+                      f"({diverged.get('what', 'no reason recorded')}) before any evaluation"
+                      f"{stopping}; {whose} left out" + (f" ({counted})" if counted else ""),
+                      AggregationWarning, stacklevel=2)
+    elif counted:
+        warnings.warn(f"{run_dir}: {counted}", AggregationWarning, stacklevel=2)
     runs = []
     for seed in sorted(rows, key=lambda s: (len(s), s)):
         steps, returns = zip(*rows[seed], strict=True)
@@ -216,6 +229,25 @@ def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
         if run is not None:
             runs.append(run)
     return runs
+
+
+def _diverged_before_evaluating(diverged: dict | None, config: dict,
+                                rows: dict[str, list]) -> list[str]:
+    """The seeds (as eval.csv spells them) of a run that diverged before the diverged seed's
+    first evaluation and that have no eval.csv row: the diverged seed and the others of its
+    process (diverged.json's seeds_stopped, else config.json's seed and num_seeds); [] when
+    the run did not diverge so, or its diverged.json names no seed."""
+    if diverged is None or "seed" not in diverged or str(diverged["seed"]) in rows:
+        return []
+    process = diverged.get("seeds_stopped")
+    if not isinstance(process, list):
+        first, count = config.get("seed"), config.get("num_seeds")
+        process = (list(range(first, first + count))
+                   if isinstance(first, int) and isinstance(count, int) else [])
+    seeds = [str(s) for s in process if str(s) not in rows]
+    if str(diverged["seed"]) not in seeds:
+        seeds.append(str(diverged["seed"]))
+    return sorted(seeds, key=lambda s: (len(s), s))
 
 
 def _read_diverged(run_dir: Path) -> dict | None:

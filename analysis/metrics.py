@@ -2,6 +2,12 @@
 
 Scores are (..., runs, tasks) arrays; NaN marks a missing run (a task with fewer runs), and
 every statistic uses only the valid runs. With no NaN the values equal rliable's metrics.
+
+With ragged data (tasks with different numbers of valid runs) pooling the runs and averaging
+per-task means no longer agree. IQM and the performance profile pool every valid run x task
+score (rliable's flattening: each run weighs the same, so a task with more runs weighs more);
+mean, median and optimality gap take the per-task mean over runs first and weigh every task
+the same, so mean + optimality gap = gamma whenever no score exceeds gamma, ragged or not.
 """
 
 from __future__ import annotations
@@ -47,10 +53,14 @@ def median(scores: np.ndarray) -> np.ndarray:
 
 
 def optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> np.ndarray:
-    """gamma - mean of min(score, gamma) over valid runs x tasks, (..., runs, tasks) -> (...)."""
-    flat = _flat(scores)
-    total = _valid_total(flat)
-    return gamma - np.where(np.isnan(flat), 0.0, np.minimum(flat, gamma)).sum(axis=-1) / total
+    """gamma - mean over tasks of the per-task mean of min(score, gamma), (..., runs, tasks)
+    -> (...).
+
+    Tasks weigh the same, as in `mean`, also when they have different numbers of valid runs
+    (rliable's gamma - mean(min(scores, gamma)) over the (runs, tasks) array is the same thing
+    when every task has every run); so the gap is gamma - mean when no score exceeds gamma.
+    """
+    return gamma - mean(np.minimum(scores, gamma))
 
 
 def performance_profile(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:

@@ -135,6 +135,37 @@ def test_warnings_are_printed_and_kept_in_the_outputs(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+def test_ragged_runs_per_task_give_mean_plus_gap_equal_to_max_return(tmp_path):
+    """At 2M steps 7 runs of the reference SAC (UTD 32, resets) end early: 6-10 runs per task,
+    no return above 1000, so Mean + Optimality gap = 1000 (tasks weigh alike in both)."""
+    resets = (REFERENCE / "rl_with_resets_sac"
+              / "max_steps_2000000_resets_True_config.updates_per_step_32_reset_interval_200000")
+    result = aggregate(f"--runs={resets}", "--step=2000000", "--reps=500", "--curve_reps=10",
+                       "--curve_points=5", f"--out={tmp_path}", "--plots=false")
+    assert result.returncode == 0, result.stderr
+    rows = {r["metric"]: r for r in read_csv(tmp_path / "aggregates.csv")}
+    assert (rows["Mean"]["min_runs_per_task"], rows["Mean"]["max_runs_per_task"]) == ("6", "10")
+    for low, high in (("estimate", "estimate"), ("lower", "upper"), ("upper", "lower")):
+        assert float(rows["Mean"][low]) + float(rows["Optimality gap"][high]) == pytest.approx(
+            1000.0, rel=1e-9)
+    assert max(float(r["score"]) for r in read_csv(tmp_path / "scores.csv")) <= 1000.0
+
+
+def test_a_task_whose_only_run_diverged_before_evaluating_is_named(tmp_path):
+    logdir = tmp_path / "runs"
+    write_project_run(logdir, "cheetah-run", "a", {0: [(10_000, 5.0)]})
+    lost = write_project_run(logdir, "walker-run", "a", {}, num_seeds=1)
+    (lost / "diverged.json").write_text(json.dumps(
+        {"env_step": 3_000, "seed": 0, "what": "critic_loss is nan", "seeds_stopped": [0]}))
+    result = aggregate(f"--runs={logdir}", "--step=10000", "--reps=100", "--curve_reps=10",
+                       f"--out={tmp_path / 'out'}", "--plots=false")
+    assert result.returncode == 0, result.stderr
+    assert (f"warning: {lost}: seed 0 diverged at env step 3000 (critic_loss is nan) before any "
+            "evaluation; its run is left out") in result.stderr
+    assert "Tasks (1): cheetah-run" in result.stdout and "diverged at env step 3000" in (
+        result.stdout)
+
+
 def bad_inputs(tmp_path, logdir):
     (tmp_path / "empty").mkdir()
     return {

@@ -68,6 +68,17 @@ def test_a_seed_in_two_run_dirs_of_one_algorithm_warns(tmp_path):
     assert len(datasets["intervention=none"]) == 3
 
 
+def test_the_same_seed_under_other_settings_is_no_copy(tmp_path):
+    write_project_run(tmp_path, "cheetah-run", "c2", {0: curve(0)}, intervention="clip", clip_c=2.0)
+    write_project_run(tmp_path, "cheetah-run", "c4", {0: curve(1)}, intervention="clip", clip_c=4.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_datasets([str(tmp_path)])
+    messages = [str(w.message) for w in caught]
+    assert [m for m in messages if "differ in clip_c (2.0, 4.0)" in m]
+    assert not [m for m in messages if "more than one run dir" in m]
+
+
 def test_group_by_splits_by_config_values_including_dotted_paths(tmp_path):
     for i, (intervention, utd) in enumerate([("clip", 8), ("reset", 8), ("clip", 1)]):
         write_project_run(tmp_path, "cheetah-run", f"r{i}", {0: curve(i)},
@@ -92,6 +103,84 @@ def test_pooling_different_interventions_without_group_by_warns(tmp_path):
     assert sources[0].layout == "project" and sources[0].runs == 2
     datasets, _ = load_datasets([str(tmp_path)], labels=["mine"], group_by=["intervention"])
     assert sorted(datasets) == ["mine: intervention=clip", "mine: intervention=reset"]
+
+
+def pooling_warnings(*args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_datasets(*args, **kwargs)
+    return [str(w.message) for w in caught if "pooled into one algorithm" in str(w.message)]
+
+
+def test_pooling_runs_that_differ_in_any_setting_that_changes_results_warns(tmp_path):
+    base = dict(intervention="clip", utd=8, action_repeat=1, batch_size=256, clip_c=4.0,
+                intervention_every=200_000, intervention_steps=[])
+    variants = [dict(), dict(action_repeat=2), dict(batch_size=512, max_steps=200_000),
+                dict(agent_config=dict(hidden_dims=[512, 512])), dict(clip_c=2.0),
+                dict(intervention_steps=[50_000])]
+    for i, variant in enumerate(variants):
+        write_project_run(tmp_path, "cheetah-run", f"r{i}", {0: curve(i)}, **{**base, **variant})
+    (message,) = pooling_warnings([str(tmp_path)])
+    assert message == (
+        f"{tmp_path.name}: runs differ in action_repeat (1, 2), batch_size (256, 512), "
+        "clip_c (2.0, 4.0) and 3 more but are pooled into one algorithm; use "
+        "--group_by=action_repeat to separate them (add more keys, comma-separated, as needed)")
+    (message,) = pooling_warnings([str(tmp_path / "sac" / "cheetah-run")],
+                                  group_by=["action_repeat", "batch_size", "clip_c", "max_steps",
+                                            "intervention_steps"])
+    assert message.startswith("action_repeat=1,batch_size=256,clip_c=4.0,max_steps=100000,"
+                              "intervention_steps=[]: runs differ in agent_config.hidden_dims "
+                              "([256, 256], [512, 512]) but are pooled into one algorithm; use "
+                              "--group_by=action_repeat,batch_size,clip_c,max_steps,"
+                              "intervention_steps,agent_config.hidden_dims to separate them")
+    assert pooling_warnings([str(tmp_path)], group_by=[
+        "agent_config.hidden_dims", "action_repeat", "batch_size", "clip_c", "max_steps",
+        "intervention_steps"]) == []
+
+
+def test_settings_that_cannot_change_results_do_not_warn(tmp_path):
+    """Seeds, names, paths, resume/progress/checkpoint/log settings, the diagnostics, library
+    versions, and the settings of an intervention not made."""
+    write_project_run(tmp_path / "a", "cheetah-run", "none-utd1-seed0", {0: curve(0)})
+    mine = write_project_run(tmp_path / "a", "cheetah-run", "mine", {3: curve(1), 4: curve(2)},
+                             seed=3, num_seeds=2, resume="never", progress=False,
+                             checkpoint_every=5_000, log_every=500, diagnostics=False,
+                             dormant_taus=[0.1], srank_threshold=0.9, clip_c=2.0,
+                             clip_method="newton_schulz", intervention_every=100_000,
+                             versions=dict(jax="0.4.30", XLA_FLAGS="--xla_foo"),
+                             earlier_versions=[dict(until_env_step=10_000,
+                                                    versions=dict(jax="0.4"))])
+    config = json.loads((mine / "config.json").read_text())
+    (mine / "config.json").write_text(json.dumps({**config, "logdir": "/x", "run_name": "mine"}))
+    write_project_run(tmp_path / "a", "walker-run", "reset", {0: curve(3)}, intervention="reset",
+                      intervention_steps=[20_000], intervention_every=1, clip_c=9.0)
+    write_project_run(tmp_path / "a", "walker-run", "reset2", {1: curve(4)}, intervention="reset",
+                      intervention_steps=[20_000], clip_ns_steps=3)
+    assert pooling_warnings([str(tmp_path / "a")], group_by=["intervention"]) == []
+    # eval_every counts: it sets the steps the curves share and the evaluation a run scores.
+    write_project_run(tmp_path / "a", "cheetah-run", "often", {0: curve(0)}, eval_every=5_000)
+    assert pooling_warnings([str(tmp_path / "a")], group_by=["intervention"]) == [
+        "intervention=none: runs differ in eval_every (5000, 10000) but are pooled into one "
+        "algorithm; use --group_by=intervention,eval_every to separate them"]
+
+
+def test_runs_within_each_group_are_checked_for_the_other_settings(tmp_path):
+    for i, (intervention, batch_size) in enumerate([("clip", 256), ("reset", 256),
+                                                    ("clip", 512)]):
+        write_project_run(tmp_path, "cheetah-run", f"r{i}", {0: curve(i)},
+                          intervention=intervention, agent_config=dict(
+                              hidden_dims=[256, 256], batch_size=batch_size))
+    messages = pooling_warnings([str(tmp_path)], group_by=["agent_config.batch_size"])
+    assert messages == [
+        "agent_config.batch_size=256: runs differ in intervention (clip, reset) but are pooled "
+        "into one algorithm; use --group_by=agent_config.batch_size,intervention to separate "
+        "them"]
+    assert pooling_warnings([str(tmp_path)], labels=["mine"], group_by=["intervention"]) == [
+        "mine: intervention=clip: runs differ in agent_config.batch_size (256, 512) but are "
+        "pooled into one algorithm; use --group_by=intervention,agent_config.batch_size to "
+        "separate them"]
+    assert pooling_warnings([str(tmp_path)],
+                            group_by=["intervention", "agent_config.batch_size"]) == []
 
 
 def write_jaxrl_tree(root, tasks, seeds):
@@ -220,6 +309,27 @@ def test_a_diverged_run_is_dropped_with_the_reason_from_its_diverged_json(tmp_pa
     assert "a/seed1 (last evaluation at 10000, before step 30000; diverged at env step 14000: " \
            "critic_loss is nan)" in text
     assert "stopped at env step 14000 when seed 1 of its process diverged" in text
+
+
+def test_a_run_that_diverged_before_its_first_evaluation_is_named(tmp_path):
+    lost = write_project_run(tmp_path, "walker-run", "a", {}, num_seeds=1)  # eval.csv: header
+    (lost / "diverged.json").write_text(json.dumps(
+        {"env_step": 4_000, "seed": 0, "what": "critic_loss is nan", "seeds_stopped": [0]}))
+    process = write_project_run(tmp_path, "hopper-hop", "b", {}, seed=3, num_seeds=2)
+    (process / "diverged.json").write_text(json.dumps(
+        {"env_step": 7_000, "seed": 4, "what": "actions are not finite"}))  # no seeds_stopped
+    write_project_run(tmp_path, "cheetah-run", "c", {0: curve(0)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, runs = load_runs(tmp_path)
+    messages = [str(w.message) for w in caught]
+    assert f"{lost}: seed 0 diverged at env step 4000 (critic_loss is nan) before any " \
+           "evaluation; its run is left out (eval.csv has 0 of num_seeds=1 seeds)" in messages
+    assert f"{process}: seed 4 diverged at env step 7000 (actions are not finite) before any " \
+           "evaluation, stopping seeds 3, 4 of its process; their runs are left out (eval.csv " \
+           "has 0 of num_seeds=2 seeds)" in messages
+    assert not [m for m in messages if m.startswith(f"{lost}: eval.csv has")]
+    assert [r.run_id for r in runs] == ["sac/cheetah-run/c/seed0"]
 
 
 def test_a_diverged_run_is_left_out_of_the_curves_instead_of_cutting_them(tmp_path):

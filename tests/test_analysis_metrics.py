@@ -55,10 +55,31 @@ def test_nan_padding_counts_only_valid_runs():
     np.testing.assert_allclose(metrics.mean(padded), task_means.mean())
     np.testing.assert_allclose(metrics.median(padded), np.median(task_means))
     np.testing.assert_allclose(metrics.optimality_gap(padded, 2.0),
-                               2.0 - np.minimum(flat, 2.0).mean())
+                               2.0 - np.mean([np.minimum(c, 2.0).mean() for c in columns]))
     taus = np.array([-1.0, 0.0, 2.5, 9.0])
     np.testing.assert_allclose(metrics.performance_profile(padded, taus),
                                [(flat > t).mean() for t in taus])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=8), st.integers(0, 2**31 - 1),
+       st.sampled_from([1.0, 1000.0]))
+def test_mean_plus_optimality_gap_is_gamma_with_ragged_runs_per_task(runs, seed, gamma):
+    """Tasks weigh the same in the gap as in the mean, whatever each task's number of runs;
+    the IQM keeps pooling every run x task score."""
+    rng = np.random.default_rng(seed)
+    columns = [rng.uniform(0.0, gamma, size=n) for n in runs]
+    padded = np.full((max(runs), len(runs)), np.nan)
+    for m, c in enumerate(columns):
+        padded[: c.size, m] = c
+    np.testing.assert_allclose(metrics.mean(padded) + metrics.optimality_gap(padded, gamma),
+                               gamma, rtol=1e-12)
+    np.testing.assert_allclose(metrics.iqm(padded),
+                               scipy.stats.trim_mean(np.concatenate(columns), 0.25), rtol=1e-12)
+    above = padded + gamma / 2  # scores above gamma count as gamma in the gap only
+    expected = gamma - np.mean([np.minimum(c + gamma / 2, gamma).mean() for c in columns])
+    np.testing.assert_allclose(metrics.optimality_gap(above, gamma), expected, rtol=1e-12,
+                               atol=1e-12 * gamma)
 
 
 def test_probability_of_improvement_with_padding_counts_pairs_of_valid_runs():

@@ -132,6 +132,23 @@ def test_normalisation_divides_by_max_return_and_sets_the_gap_threshold():
     assert unit.curves[-1]["iqm"] == pytest.approx(raw.curves[-1]["iqm"] / 1000)
 
 
+def test_mean_and_optimality_gap_weigh_tasks_alike_with_ragged_runs_in_estimates_and_intervals():
+    """4, 1 and 7 runs per task, no score above max_return: Mean + Gap = max_return in the
+    estimate and at each bootstrap interval's (mirrored) ends."""
+    rng = np.random.default_rng(5)
+    datasets = {"x": [run(t, str(i), GRID, rng.uniform(0, 1000, GRID.size))
+                      for t, n in zip("abc", (4, 1, 7), strict=True) for i in range(n)]}
+    summary = summarize(datasets, Settings(step=100_000, reps=2000, curve_reps=10))
+    rows = {r["metric"]: r for r in summary.aggregates}
+    mean, gap = rows["Mean"], rows["Optimality gap"]
+    finals = {t: [r.returns[-1] for r in datasets["x"] if r.task == t] for t in "abc"}
+    assert mean["estimate"] == pytest.approx(np.mean([np.mean(v) for v in finals.values()]))
+    assert mean["estimate"] + gap["estimate"] == pytest.approx(1000.0, rel=1e-12)
+    assert mean["lower"] + gap["upper"] == pytest.approx(1000.0, rel=1e-9)
+    assert mean["upper"] + gap["lower"] == pytest.approx(1000.0, rel=1e-9)
+    assert (mean["min_runs_per_task"], mean["max_runs_per_task"]) == (1, 7)
+
+
 @pytest.mark.parametrize("confidence,label", [(0.95, "95%"), (0.995, "99.5%"), (0.9, "90%")])
 def test_interval_coverage_is_written_as_set(confidence, label):
     datasets = {"x": [run("a", str(i), GRID, np.full(GRID.size, 250.0 * i)) for i in range(4)]}
