@@ -2,7 +2,8 @@
 
 Exit codes: 0 finished, 2 bad input (one line on stderr, before anything is compiled),
 1 a failure while training (a message on stderr), 75 the run directory is in use by another
-process (EX_TEMPFAIL: a sweep records such a job as interrupted, which its next launch reruns).
+process (EX_TEMPFAIL: a sweep records such a job as interrupted, which its next launch reruns),
+130 interrupted (Ctrl-C).
 """
 
 import logging as std_logging
@@ -45,6 +46,17 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _interrupted(message: str) -> None:
+    """Exit 130 with `message`, skipping the interpreter's shutdown: a Ctrl-C during a
+    compilation (the first update's, say) leaves XLA's compiler threads at work, and Python
+    finalizing under them crashes (SIGSEGV). Nothing is lost: the logs are flushed row by row,
+    and a checkpoint being written is completed before a Ctrl-C gets through."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def main(
     argv: list[str],
     agent_name: str,
@@ -63,7 +75,7 @@ def main(
     try:
         _main(argv, agent_name, agent_config, adjust, warn_schedule)
     except KeyboardInterrupt:  # during the checks and the agent's construction
-        _fail("interrupted before training started", 130)
+        _interrupted("interrupted before training started")
 
 
 def _main(argv: list[str], agent_name: str, agent_config: Callable,
@@ -121,12 +133,13 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         _fail(f"{e}; {again} once that is fixed", 1)
     except KeyboardInterrupt:
         if checkpoint_dirs(cfg.run_dir)[0]:
-            _fail(f"interrupted; the same command resumes {cfg.run_dir} from its last checkpoint "
-                  f"(every {cfg.checkpoint_every:,} env steps, at an episode end)", 130)
+            _interrupted(f"interrupted; the same command resumes {cfg.run_dir} from its last "
+                         f"checkpoint (every {cfg.checkpoint_every:,} env steps, at an episode "
+                         "end)")
         again = ("the same command with --resume=auto starts it over" if cfg.resume == "never"
                  else "the same command starts it over")
-        _fail(f"interrupted before the first checkpoint (every {cfg.checkpoint_every:,} env "
-              f"steps, at an episode end) of {cfg.run_dir}; {again}", 130)
+        _interrupted(f"interrupted before the first checkpoint (every {cfg.checkpoint_every:,} "
+                     f"env steps, at an episode end) of {cfg.run_dir}; {again}")
 
 
 def _lock(run_dir: str):

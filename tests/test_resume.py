@@ -196,6 +196,36 @@ def test_divergence_between_train_logs_is_caught_before_an_evaluation(tmp_path):
     assert rows == []
 
 
+INTERRUPTED_COMPILATION = """
+import os, signal, threading
+import jax, jax.numpy as jnp
+from launch import runner
+
+def deep(x):
+    for i in range(300):
+        x = jnp.tanh(x @ x.T + i) * 0.5
+    return x.sum()
+
+lowered = jax.jit(jax.grad(deep)).lower(jnp.ones((64, 64)))  # compiles in seconds
+threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    lowered.compile()
+    print("compiled before the Ctrl-C")
+except KeyboardInterrupt:
+    runner._interrupted("interrupted")
+"""
+
+
+def test_a_ctrl_c_during_a_compilation_exits_130_without_crashing():
+    """A run interrupted while XLA compiles (its first update) ends with its error line and
+    exit 130; a normal interpreter shutdown under XLA's compiler threads crashed (SIGSEGV)."""
+    proc = subprocess.run([sys.executable, "-c", INTERRUPTED_COMPILATION], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert "compiled before" not in proc.stdout, "the Ctrl-C came too late to test anything"
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.rstrip().endswith("error: interrupted"), proc.stderr
+
+
 def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
     args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
