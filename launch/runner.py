@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from absl import logging
+from absl import flags, logging
 
 from agents import make_agent
 from envs import UnknownEnvError, check_env_name
@@ -89,6 +89,9 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         check_env_name(cfg.env)
         agent = make_agent(agent_name, agent_config())
         check_clip_parts(agent, cfg)
+        if flags.FLAGS.dry_run:
+            print(f"settings checked; {cfg.run_dir} would be trained (--dry_run: not now)")
+            return
         # Held until the process ends: a second launch of this run is refused, before it reads
         # or writes anything there, rather than racing this one over checkpoints and logs.
         lock = _lock(cfg.run_dir) if os.path.exists(os.path.join(cfg.run_dir, ".lock")) else None

@@ -38,6 +38,7 @@ from launch.sweep_lib.submit import (
     EXECUTORS,
     ExecutorOptions,
     check_finished,
+    check_flags,
     collect,
     launch,
     select,
@@ -147,6 +148,8 @@ def run(trailing: list[str]) -> int:
     check_finished(specs, statuses, paths.logdir)
     options = executor_options()
     todo = select(specs, statuses, FLAGS.retry_failed)
+    if todo:
+        check_flags(todo, paths.logdir)
     print(f"{len(specs)} jobs: {summary(statuses)}; launching {len(todo)} on {options.kind}")
     if not FLAGS.retry_failed and any(s.state == "failed" for s in statuses.values()):
         print("failed jobs are left alone; --retry_failed runs them again")

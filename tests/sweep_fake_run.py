@@ -4,10 +4,10 @@ Linked into a folder as run_sac.py / run_bro.py (the agent is the file name). It
 contract's flags, writes the contract's files under <logdir>/<agent>/<env>/<run_name>/,
 checkpoints every --checkpoint_every steps (a marker file per checkpoint), resumes from the
 latest one with --resume=auto (cutting its logs back to it and noting the step in
-resumes.txt) and exits 0 at once on a finished run. Training is simulated: each env step
-sleeps --step_s seconds; the return of seed s at step t is a fixed function of the run's
-settings. --fail_at=N exits 1 with a one-line message when it reaches step N (only while the
-file --fail_while_exists names exists, if given).
+resumes.txt) and exits 0 at once on a finished run, or with --dry_run once its flags parse.
+Training is simulated: each env step sleeps --step_s seconds; the return of seed s at step t
+is a fixed function of the run's settings. --fail_at=N exits 1 with a one-line message when it
+reaches step N (only while the file --fail_while_exists names exists, if given).
 """
 
 import argparse
@@ -39,6 +39,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--step_s", type=float, default=0.0)
     parser.add_argument("--fail_while_exists", default="")
+    parser.add_argument("--dry_run", action="store_true")
     return parser.parse_args(argv[1:])
 
 
@@ -72,6 +73,8 @@ def main(argv: list[str]) -> int:
     run_name = args.run_name or f"{args.intervention}-utd{args.utd}-seed{args.seed}"
     run_dir = os.path.join(args.logdir, agent, args.env, run_name)
     seeds = range(args.seed, args.seed + args.num_seeds)
+    if args.dry_run:
+        return 0
     if os.path.exists(os.path.join(run_dir, "done.json")):
         return 0
     ckpt_dir = os.path.join(run_dir, "checkpoints")

@@ -82,6 +82,18 @@ def test_bad_flag_is_one_line_and_exit_2(case, tmp_path):
     assert not logdir.exists(), "nothing is written for a rejected command"
 
 
+@pytest.mark.parametrize("name, flags", [("run_sac.py", [*FAST_SAC, "--intervention=clip"]),
+                                          ("run_bro.py", ["--env=dog-run", "--utd=2"])])
+def test_dry_run_checks_the_settings_and_trains_nothing(tmp_path, name, flags):
+    proc = run(name, *flags, f"--logdir={tmp_path}/runs", "--dry_run", timeout=60)
+    assert "settings checked; " in proc.stdout and "would be trained" in proc.stdout
+    assert not (tmp_path / "runs").exists()
+    bad = run(name, *flags, "--clip_c=0.5", f"--logdir={tmp_path}/runs", "--dry_run",
+              check=False, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(
+        "error: --clip_c must be a finite number >= 1")
+
+
 def test_unwritable_logdir(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")

@@ -107,6 +107,7 @@ def test_presets_are_the_task_lists_of_the_published_data():
     ({"envs": "cheetah-run", "extra": "--noprogress --progress=true"},
      "--progress given more than once"),
     ({"envs": "cheetah-run", "extra": "--clip_c -2 --clip_c=3"}, "--clip_c given more than once"),
+    ({"envs": "cheetah-run", "extra": "--dry_run"}, "--dry_run among the run scripts' flags"),
 ])
 def test_bad_settings_raise_one_line(settings, message):
     with pytest.raises(ValueError) as error:

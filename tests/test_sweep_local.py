@@ -270,6 +270,19 @@ def test_slurm_without_slurm_leaves_no_records(tmp_path, scripts):
                                           "1 pending"], status.stdout
 
 
+def test_flags_a_run_script_refuses_stop_the_sweep_before_it_launches(tmp_path, scripts):
+    """Each kind of job is run once with --dry_run first: a misspelt extra flag is one line,
+    exit 2, and no job is launched (each would have failed on it)."""
+    logdir = tmp_path / "runs"
+    proc = sweep(logdir, scripts, "--envs=cheetah-run,walker-run", "--interventions=none,clip",
+                 "--", "--step_ss=0.1")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("sweep: run_sac.py refuses the flags of job "
+                                  "sac/cheetah-run/none-utd1-seed0: ") and \
+        "unrecognized arguments: --step_ss=0.1; nothing was launched" in proc.stderr, proc.stderr
+    assert not logdir.exists()
+
+
 @pytest.mark.parametrize("started", [0, 1])
 def test_workers_that_fail_to_start(tmp_path, monkeypatch, started):
     """No worker starts: the jobs are recorded as interrupted (a relaunch submits them) and the

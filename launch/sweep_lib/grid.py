@@ -199,6 +199,9 @@ def _check_extra(extra: Sequence[str], train_flags: Sequence[tuple[str, int]]) -
             raise SweepError(f"--{name} given more than once for the run scripts (--extra and "
                              "the flags after `--` together); give each once")
         seen.add(name)
+        if name == "dry_run":
+            raise SweepError("--dry_run among the run scripts' flags would train nothing (the "
+                             "sweep checks every job's flags with it before launching)")
         if name in SET_BY_SWEEP:
             raise SweepError(f"the extra flag {arg!r} sets --{name}, which the sweep sets for "
                              f"each job; use the sweep's own settings ({', '.join(GRID_KEYS)})")

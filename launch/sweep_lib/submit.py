@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -316,6 +317,44 @@ def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
             raise SweepError(f"{spec.run_dir(logdir)} holds a finished run with other settings "
                              f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
                              "job out of the grid")
+
+
+DRY_RUNS_AT_ONCE = 4
+
+
+def check_flags(specs: Sequence[JobSpec], logdir: str, timeout_s: float = 300.0) -> None:
+    """Run each kind of job once with --dry_run, where its run script checks every setting and
+    exits (on the CPU, training nothing); SweepError with the script's error line if one
+    refuses, so a misspelt or out-of-range extra flag stops the sweep before it launches jobs
+    that would each fail on it. Jobs that differ only in env, seed or UTD, which the sweep
+    checks itself, share a check."""
+    kinds: dict[tuple, JobSpec] = {}
+    for spec in specs:
+        kinds.setdefault((spec.script, spec.intervention, spec.train_flags, spec.extra), spec)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    todo = list(kinds.values())
+    for start in range(0, len(todo), DRY_RUNS_AT_ONCE):
+        running = [(spec, subprocess.Popen([*spec.argv(logdir), "--dry_run"], env=env,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                           text=True))
+                   for spec in todo[start:start + DRY_RUNS_AT_ONCE]]
+        try:
+            for spec, proc in running:
+                try:
+                    _, err = proc.communicate(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    raise SweepError(f"{spec.script} --dry_run (job {spec.key}) did not finish "
+                                     f"in {timeout_s:.0f} s; nothing was launched") from None
+                if proc.returncode != 0:
+                    lines = [line for line in err.splitlines() if line.strip()]
+                    why = lines[-1] if lines else f"exit code {proc.returncode}"
+                    raise SweepError(f"{os.path.basename(spec.script)} refuses the flags of job "
+                                     f"{spec.key}: {why}; nothing was launched")
+        finally:
+            for _, proc in running:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
 
 
 def select(specs: Sequence[JobSpec], statuses: Mapping[str, Status], retry_failed: bool,
