@@ -14,6 +14,7 @@ import csv
 import dataclasses
 import io
 import json
+import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -262,12 +263,25 @@ def _read_diverged(run_dir: Path) -> dict | None:
     return record
 
 
+def _config_files(root: Path) -> list[Path]:
+    """Every config.json at or below root, sorted, through symlinked directories too (runs
+    gathered for a paper by linking them), each real directory once."""
+    found, seen = [], set()
+    for folder, subdirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:  # a link back up, or a second link to one directory
+            subdirs.clear()
+            continue
+        seen.add(real)
+        if "config.json" in files:
+            found.append(Path(folder) / "config.json")
+    return sorted(found)
+
+
 def find_project_run_dirs(root: Path) -> list[Path]:
-    """Every dir at or below root that holds config.json and eval.csv, sorted."""
-    found = [root] if _is_project_run_dir(root) else []
-    found += sorted(p.parent for p in root.rglob("config.json") if _is_project_run_dir(p.parent)
-                    and p.parent != root)
-    return found
+    """Every dir at or below root that holds config.json and eval.csv: root first, then sorted."""
+    dirs = [p.parent for p in _config_files(root) if _is_project_run_dir(p.parent)]
+    return sorted(dirs, key=lambda d: (d != root, d))
 
 
 def detect_layout(root: Path) -> str:
@@ -280,11 +294,19 @@ def detect_layout(root: Path) -> str:
         return "project"
     if any(root.glob("*.npy")):
         return "npy"
-    if any(p.is_dir() and any(p.glob("*.txt")) for p in root.iterdir()):
+    if _is_jaxrl_tree(root):
         return "jaxrl"
+    holding = [p.name for p in sorted(root.iterdir()) if p.is_dir() and
+               (any(p.glob("*.npy")) or _is_jaxrl_tree(p))]
+    hint = (f"; its subfolders {', '.join(holding[:4])}{', ...' if len(holding) > 4 else ''} "
+            "hold runs: pass each as a --runs entry (one algorithm each)" if holding else "")
     raise AggregationError(
         f"no runs found under {root}; accepted: run dirs with config.json + eval.csv, "
-        "<task>/<seed>.txt trees, or <task>.npy files")
+        f"<task>/<seed>.txt trees, or <task>.npy files{hint}")
+
+
+def _is_jaxrl_tree(root: Path) -> bool:
+    return any(p.is_dir() and any(p.glob("*.txt")) for p in root.iterdir())
 
 
 def load_runs(root: Path, npy_eval_every: int = 25_000,
@@ -295,7 +317,7 @@ def load_runs(root: Path, npy_eval_every: int = 25_000,
     if layout == "project":
         runs = [r for d in find_project_run_dirs(root)
                 for r in read_project_run_dir(d, None if d == root else str(d.relative_to(root)))]
-        for config in sorted(root.rglob("config.json")):
+        for config in _config_files(root):
             if not (config.parent / "eval.csv").is_file():
                 warnings.warn(f"{config.parent}: config.json but no eval.csv; skipped",
                               AggregationWarning, stacklevel=2)

@@ -385,3 +385,22 @@ def test_missing_runs_of_a_sweep_are_warned_about_across_tasks_and_groups(tmp_pa
         warnings.simplefilter("always")
         load_datasets([str(tmp_path)], group_by=["intervention"], tasks=["cheetah-run"])
     assert not [w for w in caught if "missing runs" in str(w.message)]
+
+
+def test_run_dirs_gathered_by_symlinks_are_found_once(tmp_path):
+    """Runs linked into a results folder count; a link back up is not followed forever."""
+    run_dir = write_project_run(tmp_path / "runs", "cheetah-run", "clip", {0: curve(0)})
+    paper = tmp_path / "paper"
+    paper.mkdir()
+    (paper / "clip").symlink_to(run_dir)
+    (paper / "again").symlink_to(paper)
+    layout, runs = load_runs(paper)
+    assert layout == "project" and [r.run_id for r in runs] == ["clip/seed0"]
+
+
+def test_a_folder_of_algorithms_names_the_subfolders_to_pass(tmp_path):
+    write_jaxrl_tree(tmp_path / "resets", ["cheetah-run"], range(2))
+    write_jaxrl_tree(tmp_path / "no_resets", ["cheetah-run"], range(2))
+    with pytest.raises(AggregationError, match=r"its subfolders no_resets, resets hold runs: "
+                                               r"pass each as a --runs entry"):
+        detect_layout(tmp_path)
