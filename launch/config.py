@@ -180,6 +180,23 @@ def schedule_warning(cfg: TrainConfig) -> str | None:
             "only before its last step")
 
 
+def early_warning(cfg: TrainConfig) -> str | None:
+    """A line when interventions are scheduled before the first update (at --start_steps),
+    where they act on networks no gradient step has trained, or None."""
+    if cfg.intervention == "none":
+        return None
+    if cfg.intervention_steps:
+        early = [s for s in cfg.intervention_steps if s < cfg.start_steps]
+    else:
+        early = list(range(cfg.intervention_every, cfg.start_steps, cfg.intervention_every))
+    if not early:
+        return None
+    shown = ",".join(map(str, early[:5])) + (",..." if len(early) > 5 else "")
+    return (f"--intervention={cfg.intervention} at env steps {shown} comes before "
+            f"--start_steps={cfg.start_steps}, the first update: it acts on networks not yet "
+            "trained")
+
+
 def seed_warning(cfg: TrainConfig) -> str | None:
     """A line when some train env is seeded like an eval env (seed s + offset is also a train
     seed of this process), or None."""

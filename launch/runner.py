@@ -20,6 +20,7 @@ from launch.config import (
     ConfigError,
     TrainConfig,
     config_from_flags,
+    early_warning,
     one_line_flag_parser,
     schedule_warning,
     seed_warning,
@@ -90,6 +91,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         agent = make_agent(agent_name, agent_config())
         check_clip_parts(agent, cfg)
         if flags.FLAGS.dry_run:
+            _warn(cfg, warn_schedule)
             print(f"settings checked; {cfg.run_dir} would be trained (--dry_run: not now)")
             return
         # Held until the process ends: a second launch of this run is refused, before it reads
@@ -107,9 +109,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     if state == "done":
         print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
         return
-    for warning in (warn_schedule(cfg), seed_warning(cfg)):
-        if warning is not None:
-            print(f"warning: {warning}", file=sys.stderr)
+    _warn(cfg, warn_schedule)
     try:  # a Ctrl-C from the banner on is answered with what the run directory holds
         print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
               f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr, flush=True)
@@ -143,6 +143,13 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
                  else "the same command starts it over")
         _interrupted(f"interrupted before the first checkpoint (every {cfg.checkpoint_every:,} "
                      f"env steps, at an episode end) of {cfg.run_dir}; {again}")
+
+
+def _warn(cfg: TrainConfig, warn_schedule: Callable[[TrainConfig], str | None]) -> None:
+    """Settings that work but may not do what was meant: a line each on stderr."""
+    for warning in (warn_schedule(cfg), early_warning(cfg), seed_warning(cfg)):
+        if warning is not None:
+            print(f"warning: {warning}", file=sys.stderr)
 
 
 def _lock(run_dir: str):

@@ -12,7 +12,13 @@ import sys
 import pytest
 
 from agents.sac import SACConfig
-from launch.config import ConfigError, TrainConfig, schedule_warning, seed_warning
+from launch.config import (
+    ConfigError,
+    TrainConfig,
+    early_warning,
+    schedule_warning,
+    seed_warning,
+)
 from launch.run_files import config_record, lock_run_dir
 from launch.train import resume_state
 from tests.runs import FAST_SAC, REPO, run, script
@@ -207,6 +213,17 @@ def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
     assert proc.stdout.strip() == (
         "--intervention=reset never happens: BRO's reset steps (the first at env step 15001) "
         "are at or after --max_steps=100, and a run intervenes only before its last step")
+
+
+def test_interventions_before_the_first_update_are_warned_about():
+    assert early_warning(TrainConfig(intervention="reset")) is None  # 200,000 vs 10,000
+    assert early_warning(TrainConfig(intervention="clip", intervention_every=2_000)) == (
+        "--intervention=clip at env steps 2000,4000,6000,8000 comes before --start_steps=10000, "
+        "the first update: it acts on networks not yet trained")
+    assert early_warning(TrainConfig(intervention="reset", intervention_every=100)).startswith(
+        "--intervention=reset at env steps 100,200,300,400,500,... comes before")
+    assert early_warning(TrainConfig(intervention="reset", intervention_steps=(10_000,))) is None
+    assert early_warning(TrainConfig(intervention_every=2_000)) is None  # no intervention
 
 
 def test_train_envs_seeded_like_eval_envs_are_warned_about():
