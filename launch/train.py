@@ -403,7 +403,8 @@ class Trainer:
         if then is not None and then != now:
             changed = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
             print("warning: resuming with other versions than the run's earlier part: " +
-                  ", ".join(f"{k} {then.get(k)} -> {now.get(k)}" for k in changed) +
+                  ", ".join(f"{k} {then.get(k) or '(unset)'} -> {now.get(k) or '(unset)'}"
+                            for k in changed) +
                   f"; config.json keeps those up to env step {env_step} in earlier_versions",
                   file=sys.stderr)
             earlier.append({"until_env_step": env_step, "versions": then})
