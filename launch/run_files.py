@@ -101,9 +101,14 @@ def read_config(run_dir: str) -> dict | None:
 
 
 def _umask() -> int:
+    """The process's umask (read by setting it, so read once, at import, before any thread of
+    this process writes files)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+_UMASK = _umask()
 
 
 def write_json(path: str, record: dict, **dump_args) -> None:
@@ -113,7 +118,7 @@ def write_json(path: str, record: dict, **dump_args) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w") as f:
             json.dump(record, f, **dump_args)
             f.flush()
