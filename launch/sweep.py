@@ -149,7 +149,12 @@ def run(trailing: list[str]) -> int:
     options = executor_options()
     todo = select(specs, statuses, FLAGS.retry_failed)
     if todo:
-        check_flags(todo, paths.logdir)
+        try:
+            check_flags(todo, paths.logdir)
+        except KeyboardInterrupt:
+            print("\ninterrupted while checking the jobs' flags; nothing was launched",
+                  file=sys.stderr)
+            return 130
     print(f"{len(specs)} jobs: {summary(statuses)}; launching {len(todo)} on {options.kind}")
     if not FLAGS.retry_failed and any(s.state == "failed" for s in statuses.values()):
         print("failed jobs are left alone; --retry_failed runs them again")

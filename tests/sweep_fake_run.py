@@ -4,7 +4,8 @@ Linked into a folder as run_sac.py / run_bro.py (the agent is the file name). It
 contract's flags, writes the contract's files under <logdir>/<agent>/<env>/<run_name>/,
 checkpoints every --checkpoint_every steps (a marker file per checkpoint), resumes from the
 latest one with --resume=auto (cutting its logs back to it and noting the step in
-resumes.txt) and exits 0 at once on a finished run, or with --dry_run once its flags parse.
+resumes.txt) and exits 0 at once on a finished run, or with --dry_run once its flags parse
+(after --dry_run_s seconds).
 Training is simulated: each env step sleeps --step_s seconds; the return of seed s at step t
 is a fixed function of the run's settings. --fail_at=N exits 1 with a one-line message when it
 reaches step N (only while the file --fail_while_exists names exists, if given).
@@ -40,6 +41,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--step_s", type=float, default=0.0)
     parser.add_argument("--fail_while_exists", default="")
     parser.add_argument("--dry_run", action="store_true")
+    parser.add_argument("--dry_run_s", type=float, default=0.0)
     return parser.parse_args(argv[1:])
 
 
@@ -74,6 +76,7 @@ def main(argv: list[str]) -> int:
     run_dir = os.path.join(args.logdir, agent, args.env, run_name)
     seeds = range(args.seed, args.seed + args.num_seeds)
     if args.dry_run:
+        time.sleep(args.dry_run_s)
         return 0
     if os.path.exists(os.path.join(run_dir, "done.json")):
         return 0

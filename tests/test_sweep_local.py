@@ -1,6 +1,7 @@
 """launch/sweep.py on the local executor, as a user runs it, with a stand-in run script
 (tests/sweep_fake_run.py) that keeps the run-script contract and takes a second or so."""
 
+import contextlib
 import csv
 import json
 import os
@@ -280,6 +281,27 @@ def test_flags_a_run_script_refuses_stop_the_sweep_before_it_launches(tmp_path, 
     assert proc.stderr.startswith("sweep: run_sac.py refuses the flags of job "
                                   "sac/cheetah-run/none-utd1-seed0: ") and \
         "unrecognized arguments: --step_ss=0.1; nothing was launched" in proc.stderr, proc.stderr
+    assert not logdir.exists()
+
+
+def test_ctrl_c_while_the_flags_are_checked_launches_nothing(tmp_path, scripts):
+    logdir = tmp_path / "runs"
+    argv = sweep_argv(logdir, scripts, "--envs=cheetah-run", "--", "--dry_run_s=60")
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        def checking():  # a run script started with --dry_run for this logdir
+            for path in Path("/proc").glob("[0-9]*/cmdline"):
+                with contextlib.suppress(OSError):
+                    args = path.read_bytes().split(b"\0")
+                    if b"--dry_run" in args and f"--logdir={logdir}".encode() in args:
+                        return True
+            return False
+        wait_for(checking, what="the dry run to start")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == ("interrupted while checking the jobs' flags; "
+                                            "nothing was launched")
     assert not logdir.exists()
 
 
