@@ -118,8 +118,9 @@ def write_json(path: str, record: dict, **dump_args) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w") as f:
+            with contextlib.suppress(OSError):  # a filesystem without modes keeps its own
+                os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             json.dump(record, f, **dump_args)
             f.flush()
             os.fsync(f.fileno())

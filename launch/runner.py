@@ -51,7 +51,8 @@ def _interrupted(message: str) -> None:
     """Exit 130 with `message`, skipping the interpreter's shutdown: a Ctrl-C during a
     compilation (the first update's, say) leaves XLA's compiler threads at work, and Python
     finalizing under them crashes (SIGSEGV). Nothing is lost: the logs are flushed row by row,
-    and a checkpoint being written is completed before a Ctrl-C gets through."""
+    and the first Ctrl-C waits for a checkpoint being written (a second one goes through, and
+    the next start discards the half-written checkpoint)."""
     print(f"error: {message}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -91,8 +92,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         agent = make_agent(agent_name, agent_config())
         check_clip_parts(agent, cfg)
         if flags.FLAGS.dry_run:
-            _warn(cfg, warn_schedule)
-            print(f"settings checked; {cfg.run_dir} would be trained (--dry_run: not now)")
+            _dry_run(cfg, agent.config, warn_schedule)
             return
         # Held until the process ends: a second launch of this run is refused, before it reads
         # or writes anything there, rather than racing this one over checkpoints and logs.
@@ -143,6 +143,23 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
                  else "the same command starts it over")
         _interrupted(f"interrupted before the first checkpoint (every {cfg.checkpoint_every:,} "
                      f"env steps, at an episode end) of {cfg.run_dir}; {again}")
+
+
+def _dry_run(cfg: TrainConfig, agent_config, warn_schedule) -> None:
+    """--dry_run: the checks a run makes before it trains, its run directory's included (one
+    with other settings, a mode that forbids what is there, one that cannot be written), and
+    its warnings; it reads that directory and writes nothing."""
+    state = resume_state(cfg, config_record(cfg, agent_config))
+    folder = cfg.run_dir
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(os.path.abspath(folder))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write to the run directory {cfg.run_dir}: {folder} is not a "
+                          "writable directory; choose a writable --logdir")
+    _warn(cfg, warn_schedule)
+    outcome = {"fresh": "would be trained", "resume": "would resume from its last checkpoint",
+               "done": "has finished: nothing to do"}[state]
+    print(f"settings checked; {cfg.run_dir} {outcome} (--dry_run: nothing done)")
 
 
 def _warn(cfg: TrainConfig, warn_schedule: Callable[[TrainConfig], str | None]) -> None:

@@ -37,8 +37,8 @@ from launch.sweep_lib.state import SweepPaths, read_json
 from launch.sweep_lib.submit import (
     EXECUTORS,
     ExecutorOptions,
-    check_finished,
     check_flags,
+    check_run_dirs,
     collect,
     launch,
     select,
@@ -145,7 +145,7 @@ def run(trailing: list[str]) -> int:
             print(status_line(key, status, paths))
         print(summary(statuses))
         return 0
-    check_finished(specs, statuses, paths.logdir)
+    check_run_dirs(specs, statuses, paths.logdir)
     options = executor_options()
     todo = select(specs, statuses, FLAGS.retry_failed)
     if todo:

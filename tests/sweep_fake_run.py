@@ -77,6 +77,7 @@ def main(argv: list[str]) -> int:
     seeds = range(args.seed, args.seed + args.num_seeds)
     if args.dry_run:
         time.sleep(args.dry_run_s)
+        print(f"settings checked; {run_dir} would be trained")
         return 0
     if os.path.exists(os.path.join(run_dir, "done.json")):
         return 0

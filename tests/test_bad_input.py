@@ -19,7 +19,7 @@ from launch.config import (
     schedule_warning,
     seed_warning,
 )
-from launch.run_files import config_record, lock_run_dir
+from launch.run_files import config_record, lock_run_dir, write_json
 from launch.train import resume_state
 from tests.runs import FAST_SAC, REPO, run, script
 
@@ -98,6 +98,26 @@ def test_dry_run_checks_the_settings_and_trains_nothing(tmp_path, name, flags):
               check=False, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(
         "error: --clip_c must be a finite number >= 1")
+    run_dir = proc.stdout.split("settings checked; ")[1].split(" would be trained")[0]
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({"utd": 99}, f)  # a run of other settings: refused, as a run refuses it
+    other = run(name, *flags, f"--logdir={tmp_path}/runs", "--dry_run", check=False, timeout=60)
+    assert other.returncode == 2 and "holds a run with different settings" in other.stderr
+    (tmp_path / "a_file").write_text("not a directory")  # checked without creating anything
+    unwritable = run(name, *flags, f"--logdir={tmp_path}/a_file/runs", "--dry_run", check=False,
+                     timeout=60)
+    assert unwritable.returncode == 2 and "cannot write to the run directory" in unwritable.stderr
+
+
+def test_a_filesystem_that_refuses_modes_still_gets_the_json_files(tmp_path, monkeypatch):
+    def refuse(fd, mode):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "fchmod", refuse)
+    write_json(str(tmp_path / "config.json"), {"utd": 1})
+    assert json.loads((tmp_path / "config.json").read_text()) == {"utd": 1}
+    assert os.listdir(tmp_path) == ["config.json"]  # no temporary file left
 
 
 def test_unwritable_logdir(tmp_path):

@@ -271,16 +271,21 @@ def test_slurm_without_slurm_leaves_no_records(tmp_path, scripts):
                                           "1 pending"], status.stdout
 
 
-def test_flags_a_run_script_refuses_stop_the_sweep_before_it_launches(tmp_path, scripts):
+@pytest.mark.parametrize("extra, why", [
+    ("--step_ss=0.1", "unrecognized arguments: --step_ss=0.1"),
+    ("--help", "exit code 0 without checking the settings"),  # exits before any check
+])
+def test_flags_a_run_script_refuses_stop_the_sweep_before_it_launches(tmp_path, scripts, extra,
+                                                                      why):
     """Each kind of job is run once with --dry_run first: a misspelt extra flag is one line,
     exit 2, and no job is launched (each would have failed on it)."""
     logdir = tmp_path / "runs"
     proc = sweep(logdir, scripts, "--envs=cheetah-run,walker-run", "--interventions=none,clip",
-                 "--", "--step_ss=0.1")
+                 "--", extra)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("sweep: run_sac.py refuses the flags of job "
                                   "sac/cheetah-run/none-utd1-seed0: ") and \
-        "unrecognized arguments: --step_ss=0.1; nothing was launched" in proc.stderr, proc.stderr
+        f"{why}; nothing was launched" in proc.stderr, proc.stderr
     assert not logdir.exists()
 
 

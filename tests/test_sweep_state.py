@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from launch.sweep_lib import submit
 from launch.sweep_lib.grid import JobSpec, SweepError
 from launch.sweep_lib.job import last_line
 from launch.sweep_lib.state import (
@@ -24,7 +25,7 @@ from launch.sweep_lib.state import (
     this_process,
     update_record,
 )
-from launch.sweep_lib.submit import _MISSING, check_finished, recorded_setting, same_setting
+from launch.sweep_lib.submit import _MISSING, check_run_dirs, recorded_setting, same_setting
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +153,8 @@ def test_a_recorded_setting_matches_the_flag_text_that_set_it():
     assert same_setting([0.0, 0.05], "0,0.05") and same_setting([0.0, 0.05], "0,5e-2")
     assert not same_setting([0.0, 0.05], "0,0,0.05")
     assert same_setting("0,0.05", "0.0,5e-2")  # a list flag's text, as launched before
+    assert same_setting(True, "t") and same_setting(False, "F") and not same_setting(True, "f")
+    assert same_setting(["actor.params", "critic.params"], "actor.params, critic.params")
 
 
 def test_recorded_settings_include_the_agents_hyperparameters():
@@ -174,6 +177,10 @@ def test_recorded_settings_include_the_agents_hyperparameters():
     (["--nodiagnostics"], ["--diagnostics"], {"diagnostics": False},
      "diagnostics: False there, 'true' now"),
     (["--noprogress"], ["--progress"], {}, None),  # changes nothing a run computed
+    (["--diagnostics=f"], ["--diagnostics=false"], {"diagnostics": False}, None),
+    # An empty value asks for the default, which config.json records filled in (BRO's steps).
+    (["--intervention_steps="], ["--intervention_steps="],
+     {"intervention_steps": [15001, 50001]}, None),
 ])
 def test_a_finished_run_is_compared_with_the_extra_flags_however_they_are_spelled(
         tmp_path, launched, now, config, differs):
@@ -185,7 +192,49 @@ def test_a_finished_run_is_compared_with_the_extra_flags_however_they_are_spelle
     (run_dir / "config.json").write_text(json.dumps(recorded))
     status = Status("done", "", {"spec": {"extra": launched}})
     if differs is None:
-        check_finished([spec], {spec.key: status}, str(tmp_path))
+        check_run_dirs([spec], {spec.key: status}, str(tmp_path))
     else:
         with pytest.raises(SweepError, match=re.escape(differs)):
-            check_finished([spec], {spec.key: status}, str(tmp_path))
+            check_run_dirs([spec], {spec.key: status}, str(tmp_path))
+
+
+def test_a_started_run_with_other_settings_is_refused_before_its_job_is_launched(tmp_path):
+    spec = JobSpec("sac", "cheetah-run", "clip", 1, 0, 1, extra=("--clip_c=3",))
+    status = Status("interrupted", "", {"spec": {"extra": ["--clip_c=2"]}})
+    check_run_dirs([spec], {spec.key: status}, str(tmp_path))  # never started: no config.json
+    (tmp_path / spec.key).mkdir(parents=True)
+    (tmp_path / spec.key / "config.json").write_text(json.dumps(
+        {"env": "cheetah-run", "utd": 1, "intervention": "clip", "seed": 0, "num_seeds": 1,
+         "agent_config": {"clip_c": 2.0}}))
+    with pytest.raises(SweepError, match=re.escape(
+            "holds a started run with other settings (clip_c: 2.0 there, '3' now; "
+            "--clip_c=2 there, --clip_c=3 now)")):
+        check_run_dirs([spec], {spec.key: status}, str(tmp_path))
+
+
+def test_each_kind_of_job_is_dry_run_once_with_its_highest_seeds(monkeypatch):
+    started = []
+
+    class Finished:  # a run script that checked its settings and warned
+        returncode = 0
+
+        def __init__(self, argv, **kwargs):
+            started.append(argv)
+
+        def communicate(self, timeout):
+            return "settings checked; x would be trained\n", "warning: never happens\n"
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(submit.subprocess, "Popen", Finished)
+    specs = [JobSpec("sac", env, intervention, 1, seed, 1, extra=("--clip_c=2",))
+             for env in ("cheetah-run", "walker-run") for intervention in ("none", "clip")
+             for seed in range(3)]
+    shown = []
+    submit.check_flags(specs, "/logs", emit=shown.append)
+    assert len(started) == 2  # none and clip; envs and seeds share a check
+    for argv, intervention in zip(started, ("none", "clip"), strict=True):
+        assert argv[2] == "--dry_run" and argv[-1] == "--clip_c=2"  # before the extra flags
+        assert f"--intervention={intervention}" in argv and "--seed=2" in argv
+    assert shown[1:] == ["sac/cheetah-run/none-utd1-seed2: warning: never happens"]

@@ -173,6 +173,8 @@ def extra_settings(extra: Sequence[str]) -> list[tuple[str, str, str]]:
     while i < len(extra):
         arg = extra[i]
         i += 1
+        if arg == "--":  # absl's end of flags: what follows is positional
+            break
         if not arg.startswith("-"):  # a stray argument: the run script refuses it
             continue
         name, eq, value = arg.lstrip("-").partition("=")

@@ -231,19 +231,25 @@ def watch(paths: SweepPaths, keys: Sequence[str], poll_s: float = 2.0,
         time.sleep(poll_s)
 
 
+def _text(value: object) -> str:
+    """A setting as lower-case text, absl's boolean spellings (t, f) as true and false."""
+    text = str(value).strip().lower()
+    return {"t": "true", "f": "false"}.get(text, text)
+
+
 def same_setting(there: object, now: object) -> bool:
     """A config.json value (or a flag's text) and a flag's text: numbers as numbers, lists as
-    comma-separated items (as absl reads them) compared item by item, booleans and the rest as
-    text."""
+    comma-separated items (as absl reads them, stripped) compared item by item, booleans and
+    the rest as text."""
     if isinstance(there, str) and "," in there:  # a list flag's text
         there = there.split(",")
     if isinstance(there, list | tuple):
-        items = str(now).split(",") if str(now) else []
+        items = str(now).split(",") if str(now).strip() else []
         return len(items) == len(there) and all(map(same_setting, there, items))
     try:
         return float(there) == float(now)
     except (TypeError, ValueError):
-        return str(there).lower() == str(now).lower()
+        return _text(there) == _text(now)
 
 
 _MISSING = object()
@@ -290,21 +296,23 @@ def _extra_differences(launched: Sequence[str], now: Sequence[str], config: Mapp
     return out
 
 
-def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
+def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
                    logdir: str) -> None:
-    """SweepError when a job's run directory holds a finished run with other settings than the
-    job asks for: counting it as done would leave the grid's run undone (the run script itself
-    refuses such a directory, but a finished one is never started again). The settings are
-    those config.json records, and the extra flags the sweep recorded when it launched the
-    job (so an extra flag dropped since is noticed too)."""
+    """SweepError when a job's run directory holds a run with other settings than the job
+    asks for: a finished one would count as done and leave the grid's run undone (a finished
+    run is never started again), and a started one would be refused by its run script, job by
+    job. The settings are those config.json records, and the extra flags the sweep recorded
+    when it launched the job (so an extra flag dropped since is noticed too)."""
     for spec in specs:
         status = statuses[spec.key]
-        if status.state != "done":
-            continue
         config = read_json(os.path.join(spec.run_dir(logdir), "config.json"))
+        if not config:  # never started
+            continue
         wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
                   "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
-        wanted.update(_extra_flags(spec.extra))
+        # An empty value asks for the default, which the run script fills in (BRO's reset
+        # steps for --intervention_steps=), so config.json records something else.
+        wanted.update({n: v for n, v in _extra_flags(spec.extra).items() if v})
         differ = []
         for name, value in wanted.items():
             there = recorded_setting(config, name)
@@ -314,7 +322,8 @@ def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
         if launched is not None:
             differ += _extra_differences(launched, spec.extra, config)
         if differ:
-            raise SweepError(f"{spec.run_dir(logdir)} holds a finished run with other settings "
+            run = "a finished run" if status.state == "done" else "a started run"
+            raise SweepError(f"{spec.run_dir(logdir)} holds {run} with other settings "
                              f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
                              "job out of the grid")
 
@@ -322,34 +331,47 @@ def check_finished(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
 DRY_RUNS_AT_ONCE = 4
 
 
-def check_flags(specs: Sequence[JobSpec], logdir: str, timeout_s: float = 300.0) -> None:
-    """Run each kind of job once with --dry_run, where its run script checks every setting and
+def check_flags(specs: Sequence[JobSpec], logdir: str, timeout_s: float = 300.0,
+                emit: Callable[[str], None] = print) -> None:
+    """Run each kind of job once with --dry_run, where its run script checks its settings and
     exits (on the CPU, training nothing); SweepError with the script's error line if one
     refuses, so a misspelt or out-of-range extra flag stops the sweep before it launches jobs
-    that would each fail on it. Jobs that differ only in env, seed or UTD, which the sweep
-    checks itself, share a check."""
+    that would each fail on it. Jobs that differ only in env, UTD or seed share a check (the
+    sweep checks env names and UTDs itself; the job with the highest seeds runs it, as seeds
+    are checked against an upper bound); `check_run_dirs` compares each job's run directory.
+    The warnings a check prints are shown once each."""
     kinds: dict[tuple, JobSpec] = {}
-    for spec in specs:
+    for spec in sorted(specs, key=lambda s: -(s.seed + s.num_seeds)):
         kinds.setdefault((spec.script, spec.intervention, spec.train_flags, spec.extra), spec)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     todo = list(kinds.values())
+    emit(f"checking the flags of {len(todo)} kind(s) of job with the run scripts' --dry_run")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    warned: set[str] = set()
     for start in range(0, len(todo), DRY_RUNS_AT_ONCE):
-        running = [(spec, subprocess.Popen([*spec.argv(logdir), "--dry_run"], env=env,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                           text=True))
-                   for spec in todo[start:start + DRY_RUNS_AT_ONCE]]
+        running: list[tuple[JobSpec, subprocess.Popen]] = []
         try:
+            for spec in todo[start:start + DRY_RUNS_AT_ONCE]:
+                python, script, *args = spec.argv(logdir)
+                running.append((spec, subprocess.Popen(
+                    [python, script, "--dry_run", *args], env=env, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True)))
+            deadline = time.time() + timeout_s
             for spec, proc in running:
                 try:
-                    _, err = proc.communicate(timeout=timeout_s)
+                    out, err = proc.communicate(timeout=max(deadline - time.time(), 0.1))
                 except subprocess.TimeoutExpired:
                     raise SweepError(f"{spec.script} --dry_run (job {spec.key}) did not finish "
                                      f"in {timeout_s:.0f} s; nothing was launched") from None
-                if proc.returncode != 0:
-                    lines = [line for line in err.splitlines() if line.strip()]
-                    why = lines[-1] if lines else f"exit code {proc.returncode}"
+                lines = [line for line in err.splitlines() if line.strip()]
+                if proc.returncode != 0 or "settings checked; " not in out:
+                    why = (lines[-1] if lines and proc.returncode != 0 else
+                           f"exit code {proc.returncode} without checking the settings")
                     raise SweepError(f"{os.path.basename(spec.script)} refuses the flags of job "
                                      f"{spec.key}: {why}; nothing was launched")
+                for line in lines:
+                    if line.startswith("warning: ") and line not in warned:
+                        warned.add(line)
+                        emit(f"{spec.key}: {line}")
         finally:
             for _, proc in running:
                 if proc.poll() is None:
