@@ -269,6 +269,7 @@ def _config_files(root: Path) -> list[Path]:
     found, seen = [], set()
     for folder, subdirs, files in os.walk(root, followlinks=True):
         real = os.path.realpath(folder)
+        subdirs.sort()  # the first of two links to one directory, on every filesystem
         if real in seen:  # a link back up, or a second link to one directory
             subdirs.clear()
             continue

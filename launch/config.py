@@ -188,7 +188,7 @@ def early_warning(cfg: TrainConfig) -> str | None:
     if cfg.intervention_steps:
         early = [s for s in cfg.intervention_steps if s < cfg.start_steps]
     else:
-        early = list(range(cfg.intervention_every, cfg.start_steps, cfg.intervention_every))
+        early = range(cfg.intervention_every, cfg.start_steps, cfg.intervention_every)
     if not early:
         return None
     shown = ",".join(map(str, early[:5])) + (",..." if len(early) > 5 else "")

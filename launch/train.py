@@ -126,6 +126,11 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
 IGNORED_ON_RESUME = ("resume", "progress", "versions", "earlier_versions", "logdir")
 
 
+def _set(versions: dict) -> dict:
+    """The versions and options a record sets: one it lacks and one set empty are alike."""
+    return {k: v for k, v in versions.items() if v not in (None, "")}
+
+
 def _flat(record: dict, prefix: str = "") -> dict:
     """A config record's settings by dotted name: {"agent_config.hidden_dims": [...], ...}."""
     out = {}
@@ -400,8 +405,9 @@ class Trainer:
         before = read_config(self.cfg.run_dir) or {}
         earlier = list(before.get("earlier_versions", []))
         then, now = before.get("versions"), record["versions"]
-        if then is not None and then != now:
-            changed = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+        if then is not None and _set(then) != _set(now):
+            changed = sorted(k for k in set(then) | set(now)
+                             if (then.get(k) or "") != (now.get(k) or ""))
             print("warning: resuming with other versions than the run's earlier part: " +
                   ", ".join(f"{k} {then.get(k) or '(unset)'} -> {now.get(k) or '(unset)'}"
                             for k in changed) +

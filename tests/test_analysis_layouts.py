@@ -123,19 +123,19 @@ def test_pooling_runs_that_differ_in_any_setting_that_changes_results_warns(tmp_
     (message,) = pooling_warnings([str(tmp_path)])
     assert message == (
         f"{tmp_path.name}: runs differ in action_repeat (1, 2), batch_size (256, 512), "
-        "clip_c (2.0, 4.0) and 3 more but are pooled into one algorithm; use "
+        "clip_c (2.0, 4.0) and 2 more but are pooled into one algorithm; use "
         "--group_by=action_repeat to separate them (add more keys, comma-separated, as needed)")
     (message,) = pooling_warnings([str(tmp_path / "sac" / "cheetah-run")],
-                                  group_by=["action_repeat", "batch_size", "clip_c", "max_steps",
+                                  group_by=["action_repeat", "batch_size", "clip_c",
                                             "intervention_steps"])
-    assert message.startswith("action_repeat=1,batch_size=256,clip_c=4.0,max_steps=100000,"
+    assert message.startswith("action_repeat=1,batch_size=256,clip_c=4.0,"
                               "intervention_steps=[]: runs differ in agent_config.hidden_dims "
                               "([256, 256], [512, 512]) but are pooled into one algorithm; use "
-                              "--group_by=action_repeat,batch_size,clip_c,max_steps,"
+                              "--group_by=action_repeat,batch_size,clip_c,"
                               "intervention_steps,agent_config.hidden_dims to separate them")
     assert pooling_warnings([str(tmp_path)], group_by=[
-        "agent_config.hidden_dims", "action_repeat", "batch_size", "clip_c", "max_steps",
-        "intervention_steps"]) == []
+        "agent_config.hidden_dims", "action_repeat", "batch_size", "clip_c",
+        "intervention_steps"]) == []  # max_steps differs too: it changes no shared step
 
 
 def test_settings_that_cannot_change_results_do_not_warn(tmp_path):
