@@ -1,7 +1,13 @@
 """Test-wide settings: headless MuJoCo and JAX on the CPU."""
 
 import os
+import signal
 import tempfile
+
+# A suite started in the background of a non-interactive shell (`nohup ... &`) inherits SIGINT
+# ignored, and Python then gives neither this process nor the run scripts the tests start a
+# KeyboardInterrupt on Ctrl-C; with a handler here, those scripts start with the default again.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Nothing renders, so no EGL or display is needed (as in envs.names). The suite runs on the CPU
 # unless JAX_PLATFORMS says otherwise (e.g. JAX_PLATFORMS=cuda to run it on a GPU); the launch

@@ -201,6 +201,8 @@ import os, signal, threading
 import jax, jax.numpy as jnp
 from launch import runner
 
+jax.config.update("jax_enable_compilation_cache", False)  # a cached program loads at once
+
 def deep(x):
     for i in range(300):
         x = jnp.tanh(x @ x.T + i) * 0.5
