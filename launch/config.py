@@ -269,9 +269,10 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
                       "the run directory; never: refuse to touch one; must: fail if none.")
     flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
-    flags.DEFINE_boolean("dry_run", False, "Check the settings (flags, env name, agent "
-                         "hyperparameters, clip parts) and exit 0 without training or touching "
-                         "the run directory (a sweep checks its jobs this way before launching).")
+    flags.DEFINE_boolean("dry_run", False, "Make the checks a run makes before training "
+                         "(flags, env name, agent hyperparameters, clip parts, the run "
+                         "directory) and exit as it would, 0 when it would train; reads the run "
+                         "directory, writes nothing (a sweep checks its jobs this way).")
 
 
 def _number_list(name: str, values: Sequence[str], kind: type = int) -> tuple:

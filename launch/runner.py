@@ -31,6 +31,7 @@ from launch.run_files import (
     EXIT_IN_USE,
     CannotResume,
     RunDirInUse,
+    check_not_in_use,
     config_record,
     lock_run_dir,
 )
@@ -146,16 +147,22 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
 
 
 def _dry_run(cfg: TrainConfig, agent_config, warn_schedule) -> None:
-    """--dry_run: the checks a run makes before it trains, its run directory's included (one
-    with other settings, a mode that forbids what is there, one that cannot be written), and
-    its warnings; it reads that directory and writes nothing."""
+    """--dry_run: the checks a run makes before it trains, its run directory's included (in
+    use by another process, holding a run of other settings, a --resume mode that forbids
+    what is there, not writable), and its warnings; it reads that directory and writes
+    nothing. Each failure exits as the run would."""
+    check_not_in_use(cfg.run_dir)
     state = resume_state(cfg, config_record(cfg, agent_config))
-    folder = cfg.run_dir
-    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(os.path.abspath(folder))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write to the run directory {cfg.run_dir}: {folder} is not a "
-                          "writable directory; choose a writable --logdir")
+    folder, missing = os.path.abspath(cfg.run_dir), []
+    while not os.path.lexists(folder):  # the part a launch would create
+        folder, name = os.path.split(folder)
+        missing.append(name)
+    too_long = [n for n in missing if len(os.fsencode(n)) > 255]
+    if too_long or not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        why = (f"the name {too_long[0][:40]}... is too long" if too_long else
+               f"{folder} is not a writable directory")
+        raise ConfigError(f"cannot write to the run directory {cfg.run_dir}: {why}; choose a "
+                          "writable --logdir")
     _warn(cfg, warn_schedule)
     outcome = {"fresh": "would be trained", "resume": "would resume from its last checkpoint",
                "done": "has finished: nothing to do"}[state]

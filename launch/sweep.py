@@ -145,9 +145,9 @@ def run(trailing: list[str]) -> int:
             print(status_line(key, status, paths))
         print(summary(statuses))
         return 0
-    check_run_dirs(specs, statuses, paths.logdir)
-    options = executor_options()
     todo = select(specs, statuses, FLAGS.retry_failed)
+    check_run_dirs(specs, statuses, paths.logdir, launching={s.key for s in todo})
+    options = executor_options()
     if todo:
         try:
             check_flags(todo, paths.logdir)

@@ -104,6 +104,15 @@ def test_dry_run_checks_the_settings_and_trains_nothing(tmp_path, name, flags):
         json.dump({"utd": 99}, f)  # a run of other settings: refused, as a run refuses it
     other = run(name, *flags, f"--logdir={tmp_path}/runs", "--dry_run", check=False, timeout=60)
     assert other.returncode == 2 and "holds a run with different settings" in other.stderr
+    held = lock_run_dir(run_dir)  # as a process training it holds it: checked first
+    in_use = run(name, *flags, f"--logdir={tmp_path}/runs", "--dry_run", check=False,
+                 timeout=60)
+    held.close()
+    assert in_use.returncode == 75 and "is being trained by pid" in in_use.stderr
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    lost = run(name, *flags, f"--logdir={tmp_path}/dangling/runs", "--dry_run", check=False,
+               timeout=60)
+    assert lost.returncode == 2 and "cannot write to the run directory" in lost.stderr
     (tmp_path / "a_file").write_text("not a directory")  # checked without creating anything
     unwritable = run(name, *flags, f"--logdir={tmp_path}/a_file/runs", "--dry_run", check=False,
                      timeout=60)

@@ -1,6 +1,7 @@
 """The sweep's records: what a record means now (liveness of its process, worker or SLURM
 job), atomic locked updates, and the last line of a job's stderr."""
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -181,6 +182,7 @@ def test_recorded_settings_include_the_agents_hyperparameters():
     # An empty value asks for the default, which config.json records filled in (BRO's steps).
     (["--intervention_steps="], ["--intervention_steps="],
      {"intervention_steps": [15001, 50001]}, None),
+    ([], ["--clip_parts="], {"clip_parts": ["actor.params"]}, "clip_parts: ['actor.params'] there"),
 ])
 def test_a_finished_run_is_compared_with_the_extra_flags_however_they_are_spelled(
         tmp_path, launched, now, config, differs):
@@ -192,24 +194,33 @@ def test_a_finished_run_is_compared_with_the_extra_flags_however_they_are_spelle
     (run_dir / "config.json").write_text(json.dumps(recorded))
     status = Status("done", "", {"spec": {"extra": launched}})
     if differs is None:
-        check_run_dirs([spec], {spec.key: status}, str(tmp_path))
+        check_run_dirs([spec], {spec.key: status}, str(tmp_path), launching=())
     else:
         with pytest.raises(SweepError, match=re.escape(differs)):
-            check_run_dirs([spec], {spec.key: status}, str(tmp_path))
+            check_run_dirs([spec], {spec.key: status}, str(tmp_path), launching=())
 
 
 def test_a_started_run_with_other_settings_is_refused_before_its_job_is_launched(tmp_path):
     spec = JobSpec("sac", "cheetah-run", "clip", 1, 0, 1, extra=("--clip_c=3",))
-    status = Status("interrupted", "", {"spec": {"extra": ["--clip_c=2"]}})
-    check_run_dirs([spec], {spec.key: status}, str(tmp_path))  # never started: no config.json
+    status = Status("interrupted", "", {"spec": {"extra": ["--clip_c=3", "--noprogress"]}})
+    statuses = {spec.key: status}
+    check_run_dirs([spec], statuses, str(tmp_path), [spec.key])  # never started: no config.json
     (tmp_path / spec.key).mkdir(parents=True)
-    (tmp_path / spec.key / "config.json").write_text(json.dumps(
-        {"env": "cheetah-run", "utd": 1, "intervention": "clip", "seed": 0, "num_seeds": 1,
-         "agent_config": {"clip_c": 2.0}}))
+    config = tmp_path / spec.key / "config.json"
+    config.write_text(json.dumps({"env": "cheetah-run", "utd": 1, "intervention": "clip",
+                                  "seed": 0, "num_seeds": 1, "clip_c": 2.0}))
     with pytest.raises(SweepError, match=re.escape(
-            "holds a started run with other settings (clip_c: 2.0 there, '3' now; "
-            "--clip_c=2 there, --clip_c=3 now)")):
-        check_run_dirs([spec], {spec.key: status}, str(tmp_path))
+            "holds a started run with other settings (clip_c: 2.0 there, '3' now)")):
+        check_run_dirs([spec], statuses, str(tmp_path), [spec.key])
+    check_run_dirs([spec], statuses, str(tmp_path), [])  # a job left alone is not checked
+    # Extra flags are compared with what config.json records only: the run script does the
+    # rest when it resumes, and accepts a default given or left out.
+    config.write_text(json.dumps({**json.loads(config.read_text()), "clip_c": 3.0}))
+    relaunch = dataclasses.replace(spec, extra=("--logtostderr",))
+    check_run_dirs([relaunch], statuses, str(tmp_path), [spec.key])
+    config.write_text("{")
+    with pytest.raises(SweepError, match=r"config.json cannot be read \(.*\); repair it"):
+        check_run_dirs([spec], statuses, str(tmp_path), [spec.key])
 
 
 def test_each_kind_of_job_is_dry_run_once_with_its_highest_seeds(monkeypatch):
@@ -238,3 +249,23 @@ def test_each_kind_of_job_is_dry_run_once_with_its_highest_seeds(monkeypatch):
         assert argv[2] == "--dry_run" and argv[-1] == "--clip_c=2"  # before the extra flags
         assert f"--intervention={intervention}" in argv and "--seed=2" in argv
     assert shown[1:] == ["sac/cheetah-run/none-utd1-seed2: warning: never happens"]
+
+
+def test_a_dry_run_refused_only_because_its_run_is_in_use_passes(monkeypatch):
+    class InUse:  # exit 75: the flags were checked; another process trains that run now
+        returncode = 75
+
+        def __init__(self, argv, **kwargs):
+            pass
+
+        def communicate(self, timeout):
+            return "", "error: /logs/x is being trained by pid 7 on n1; wait for it to end\n"
+
+        def poll(self):
+            return 75
+
+    monkeypatch.setattr(submit.subprocess, "Popen", InUse)
+    shown = []
+    submit.check_flags([JobSpec("sac", "cheetah-run", "none", 1, 0, 1)], "/logs", emit=shown.append)
+    assert shown[1].startswith("sac/cheetah-run/none-utd1-seed0: error: /logs/x is being trained "
+                               "by pid 7") and "the next launch of the sweep reruns it" in shown[1]

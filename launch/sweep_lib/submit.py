@@ -13,10 +13,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 import submitit
 
+from launch.run_files import EXIT_IN_USE
 from launch.sweep_lib.grid import JobSpec, SweepError, extra_settings
 from launch.sweep_lib.job import LocalWorker, RunJob
 from launch.sweep_lib.state import (
@@ -296,33 +297,47 @@ def _extra_differences(launched: Sequence[str], now: Sequence[str], config: Mapp
     return out
 
 
-def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
-                   logdir: str) -> None:
-    """SweepError when a job's run directory holds a run with other settings than the job
-    asks for: a finished one would count as done and leave the grid's run undone (a finished
-    run is never started again), and a started one would be refused by its run script, job by
-    job. The settings are those config.json records, and the extra flags the sweep recorded
-    when it launched the job (so an extra flag dropped since is noticed too)."""
+def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status], logdir: str,
+                   launching: Collection[str]) -> None:
+    """SweepError when the run directory of a finished job, or of a started one about to be
+    launched again (its key in `launching`), holds a run with other settings than the job asks
+    for. A finished run would count as done and leave the grid's run undone (it is never
+    started again); a started one would be refused by its run script, job by job. The settings
+    compared are those config.json records and, for a finished run, the extra flags the sweep
+    launched it with (so an extra flag dropped since is noticed too; a started run's script
+    compares everything it records when it resumes)."""
     for spec in specs:
         status = statuses[spec.key]
-        config = read_json(os.path.join(spec.run_dir(logdir), "config.json"))
+        done = status.state == "done"
+        if not done and spec.key not in launching:
+            continue
+        path = os.path.join(spec.run_dir(logdir), "config.json")
+        try:
+            config = read_json(path)
+        except ValueError as e:  # half-written or edited by hand
+            raise SweepError(f"{path} cannot be read ({e}); repair it or move that run "
+                             "directory away") from None
+        if not isinstance(config, dict):
+            raise SweepError(f"{path} holds no JSON object; repair it or move that run "
+                             "directory away")
         if not config:  # never started
             continue
         wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
                   "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
-        # An empty value asks for the default, which the run script fills in (BRO's reset
-        # steps for --intervention_steps=), so config.json records something else.
-        wanted.update({n: v for n, v in _extra_flags(spec.extra).items() if v})
+        # An empty --intervention_steps= asks for the default schedule, which config.json
+        # records filled in (BRO's reset steps).
+        wanted.update({n: v for n, v in _extra_flags(spec.extra).items()
+                       if v or n != "intervention_steps"})
         differ = []
         for name, value in wanted.items():
             there = recorded_setting(config, name)
             if there is not _MISSING and not same_setting(there, value):
                 differ.append(f"{name}: {there!r} there, {value!r} now")
         launched = status.record.get("spec", {}).get("extra")
-        if launched is not None:
+        if done and launched is not None:
             differ += _extra_differences(launched, spec.extra, config)
         if differ:
-            run = "a finished run" if status.state == "done" else "a started run"
+            run = "a finished run" if done else "a started run"
             raise SweepError(f"{spec.run_dir(logdir)} holds {run} with other settings "
                              f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
                              "job out of the grid")
@@ -363,6 +378,10 @@ def check_flags(specs: Sequence[JobSpec], logdir: str, timeout_s: float = 300.0,
                     raise SweepError(f"{spec.script} --dry_run (job {spec.key}) did not finish "
                                      f"in {timeout_s:.0f} s; nothing was launched") from None
                 lines = [line for line in err.splitlines() if line.strip()]
+                if proc.returncode == EXIT_IN_USE:  # the flags passed; the job waits its turn
+                    emit(f"{spec.key}: {lines[-1] if lines else 'in use'} (its job is "
+                         "recorded interrupted, and the next launch of the sweep reruns it)")
+                    continue
                 if proc.returncode != 0 or "settings checked; " not in out:
                     why = (lines[-1] if lines and proc.returncode != 0 else
                            f"exit code {proc.returncode} without checking the settings")
