@@ -116,11 +116,16 @@ def warn_if_pooled(runs: Sequence[Run], label: str, group_by: Sequence[str] = ()
     separates them."""
     configs = [r.config for r in runs if r.config]
     settings = [result_settings(c) for c in configs]
-    recorded = [_flatten(c) for c in configs]
     keys = sorted({k for s in settings for k in s}, key=_order)
-    values = {k: sorted({s[k] if k in s else "(not recorded)" for s, r in
-                         zip(settings, recorded, strict=True) if k in s or k not in r},
-                        key=_value_order) for k in keys}
+    found: dict[str, set[str]] = {k: set() for k in keys}
+    for config, setting in zip(configs, settings, strict=True):
+        recorded = _flatten(config)
+        for key in keys:
+            if key in setting:
+                found[key].add(setting[key])
+            elif key not in recorded:  # recorded but not read by its intervention: no value
+                found[key].add("(not recorded)")
+    values = {k: sorted(v, key=_value_order) for k, v in found.items()}
     differ = [k for k in keys if len(values[k]) > 1]
     if not differ:
         return

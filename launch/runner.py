@@ -6,6 +6,7 @@ process (EX_TEMPFAIL: a sweep records such a job as interrupted, which its next 
 130 interrupted (Ctrl-C).
 """
 
+import errno
 import logging as std_logging
 import os
 import sys
@@ -153,16 +154,7 @@ def _dry_run(cfg: TrainConfig, agent_config, warn_schedule) -> None:
     nothing. Each failure exits as the run would."""
     check_not_in_use(cfg.run_dir)
     state = resume_state(cfg, config_record(cfg, agent_config))
-    folder, missing = os.path.abspath(cfg.run_dir), []
-    while not os.path.lexists(folder):  # the part a launch would create
-        folder, name = os.path.split(folder)
-        missing.append(name)
-    too_long = [n for n in missing if len(os.fsencode(n)) > 255]
-    if too_long or not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
-        why = (f"the name {too_long[0][:40]}... is too long" if too_long else
-               f"{folder} is not a writable directory")
-        raise ConfigError(f"cannot write to the run directory {cfg.run_dir}: {why}; choose a "
-                          "writable --logdir")
+    check_writable(cfg.run_dir, create=False)
     _warn(cfg, warn_schedule)
     outcome = {"fresh": "would be trained", "resume": "would resume from its last checkpoint",
                "done": "has finished: nothing to do"}[state]
@@ -186,14 +178,26 @@ def _lock(run_dir: str):
                           "choose a writable --logdir") from None
 
 
-def check_writable(run_dir: str) -> None:
-    """Raise ConfigError unless the run directory can be created and written."""
+def check_writable(run_dir: str, create: bool = True) -> None:
+    """Raise ConfigError unless the run directory can be created and written. Without `create`
+    it is judged without writing anything: the nearest folder that exists must be a writable
+    directory, and the names below it to create must fit."""
     try:
-        os.makedirs(run_dir, exist_ok=True)
-        probe = os.path.join(run_dir, ".write_test")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
+        if create:
+            os.makedirs(run_dir, exist_ok=True)
+            probe = os.path.join(run_dir, ".write_test")
+            with open(probe, "w") as f:
+                f.write("ok")
+            os.remove(probe)
+            return
+        folder, missing = os.path.abspath(run_dir), []
+        while not os.path.lexists(folder):  # the part a launch would create
+            folder, name = os.path.split(folder)
+            missing.append(name)
+        if any(len(os.fsencode(name)) > 255 for name in missing):
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+            raise OSError(errno.EACCES, f"{folder} is not a writable directory")
     except OSError as e:
         raise ConfigError(f"cannot write to the run directory {run_dir}: {e.strerror}; "
                           "choose a writable --logdir") from None

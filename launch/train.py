@@ -270,6 +270,11 @@ class Trainer:
             loop.states, batches, loop.obs, loop.keys, loop.metric_sums
         )
         loop.metric_count += 1
+        self.take_actions(loop, actions)
+
+    def take_actions(self, loop: Loop, actions: jax.Array) -> None:
+        """The agent's actions for the next env step, copied to the host; NaN or inf ones
+        (from diverged parameters) stop the run as a divergence."""
         loop.actions = np.asarray(actions)
         if not np.isfinite(loop.actions).all():
             self.check_divergence(loop)
@@ -404,12 +409,12 @@ class Trainer:
         versions and XLA options its earlier part ran with when they differ from today's."""
         before = read_config(self.cfg.run_dir) or {}
         earlier = list(before.get("earlier_versions", []))
-        then, now = before.get("versions"), record["versions"]
-        if then is not None and _set(then) != _set(now):
-            changed = sorted(k for k in set(then) | set(now)
-                             if (then.get(k) or "") != (now.get(k) or ""))
+        then = before.get("versions")
+        was, new = _set(then or {}), _set(record["versions"])
+        changed = sorted(k for k in {*was, *new} if was.get(k) != new.get(k))
+        if then is not None and changed:
             print("warning: resuming with other versions than the run's earlier part: " +
-                  ", ".join(f"{k} {then.get(k) or '(unset)'} -> {now.get(k) or '(unset)'}"
+                  ", ".join(f"{k} {was.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
                             for k in changed) +
                   f"; config.json keeps those up to env step {env_step} in earlier_versions",
                   file=sys.stderr)
@@ -429,10 +434,7 @@ class Trainer:
             loop.states, rows = self.intervention.apply(loop.states, loop.env_step)
             self.files.write_interventions(rows)
             if loop.env_step >= self.cfg.start_steps:  # else the next actions are random
-                actions = self.next_actions(loop.states, loop.obs, loop.keys)
-                loop.actions = np.asarray(actions)
-                if not np.isfinite(loop.actions).all():
-                    self.check_divergence(loop)
+                self.take_actions(loop, self.next_actions(loop.states, loop.obs, loop.keys))
 
     def iteration(self, loop: Loop, started: float) -> np.ndarray | None:
         """One env step and everything due after it; the eval returns when it evaluated."""
