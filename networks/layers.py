@@ -28,7 +28,9 @@ included (`jax.lax.platform_dependent`, resolved when the computation is lowered
 compiler never sees the CPU rules). On an H200 (jax 0.11.2) the CPU rules compiled and ran
 for 1 and 4 SAC seeds and 1 BRO seed, but compiling SAC's update for 16 seeds did not finish
 within 50 seconds, nor BRO's for 4 seeds within the rest of a 100-second run, where flax's
-layers had compiled and run at those sizes.
+layers had compiled and run at those sizes. With the CPU rules on the CPU only, SAC's update
+compiled there in 4.0, 6.3 and 6.5 s for 1, 4 and 16 seeds; BRO's default-size update gave
+no result within 75 s (README).
 
 The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
 Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
