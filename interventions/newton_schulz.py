@@ -7,6 +7,13 @@ P(t) = (tO - W) msign(tO - W)^T = U |t - S| U^T:
     clip_[0,b](W) = 1/2 [ b I + W O^T - P(b) ] O             (upper only: min(S, b))
     clip_[a,inf)(W) = 1/2 [ a I + W O^T + P(a) ] O           (lower only: max(S, a))
 
+P(b) is about b in size, so the smaller singular values it gives back carry a rounding error
+of about b times float32's epsilon: with a large c (0.5 relative error at c = 1e6 on a 256 x 256
+layer, 7e-3 at c = 1e4) the formulas above lose the matrix. A bound on the largest singular
+value, (sum of S^8)^(1/8) (from two matmuls, and never below it), decides for each matrix
+whether b can bind; where it cannot, the lower-only formula (or, with no lower bound, W itself)
+is the clip, and the error stays at float32's rounding whatever c is.
+
 Tall matrices are transposed first. Matmuls run in float32 at the highest precision. Directions
 with a tiny singular value (below about 1e-4 of ||W||_F, as in large square Gaussian matrices) need
 more iterations than Polar Express's 8; benchmarks/clip.py measures the error per step count
@@ -74,6 +81,17 @@ def msign(w: jax.Array, steps: int = DEFAULT_NS_STEPS) -> jax.Array:
     return _msign_wide(w, steps)
 
 
+def _largest_singular_value_bound(w: jax.Array) -> jax.Array:
+    """(batch..., 1, 1) bounds (sum of S^8)^(1/8) on the largest singular value of each wide
+    (m <= n) matrix: never below it, and at most m^(1/8) times it (2.2 for 512 rows). Computed
+    on w / ||w||_F, so that nothing overflows."""
+    norm = jnp.sqrt(jnp.sum(jnp.square(w), axis=(-2, -1), keepdims=True))
+    x = w / (norm + NORM_EPS)
+    gram = _mm(x, _mT(x))
+    fourth = jnp.sqrt(jnp.sum(jnp.square(_mm(gram, gram)), axis=(-2, -1), keepdims=True))
+    return norm * jnp.sqrt(jnp.sqrt(fourth))
+
+
 def ns_clip_matrices(
     w: jax.Array, lower: float | None, upper: float | None, steps: int = DEFAULT_NS_STEPS
 ) -> jax.Array:
@@ -94,9 +112,13 @@ def ns_clip_matrices(
         return _mm(gap, _mT(_msign_wide(gap, steps)))
 
     if upper is None:
-        inner = lower * eye + _mm(w, _mT(o)) + abs_gap(lower)
-    elif lower is None:
-        inner = upper * eye + _mm(w, _mT(o)) - abs_gap(upper)
-    else:
-        inner = (lower + upper) * eye + abs_gap(lower) - abs_gap(upper)
+        return 0.5 * _mm(lower * eye + _mm(w, _mT(o)) + abs_gap(lower), o)
+    # Where no singular value can exceed `upper` (the bound, with room for its own rounding),
+    # the formula without it; see the module notes.
+    upper_binds = _largest_singular_value_bound(w) * 1.001 > upper
+    if lower is None:
+        clipped = 0.5 * _mm(upper * eye + _mm(w, _mT(o)) - abs_gap(upper), o)
+        return jnp.where(upper_binds, clipped, w)
+    inner = jnp.where(upper_binds, (lower + upper) * eye + abs_gap(lower) - abs_gap(upper),
+                      lower * eye + _mm(w, _mT(o)) + abs_gap(lower))
     return 0.5 * _mm(inner, o)

@@ -115,3 +115,32 @@ def test_sides_and_batches_and_tall_matrices(lower, upper, np_lower, np_upper):
 def test_needs_a_bound():
     with pytest.raises(ValueError, match="at least one"):
         ns_clip_matrices(jnp.ones((3, 3)), None, None)
+
+
+@pytest.mark.parametrize("c", [100.0, 1e4, 1e6])
+def test_a_large_c_keeps_the_matrix(c):
+    """P(c) is about c in size: used where c cannot bind, it rounded the smaller singular values
+    away (0.5 relative error at c = 1e6 on this layer). Two-sided, the error stays the paper's;
+    upper only, a matrix with no singular value above c comes back as it was."""
+    w = anisotropic(np.random.default_rng(3), (256, 256))
+    both = np.asarray(jax.jit(lambda x: ns_clip_matrices(x, 1 / c, c))(w), np.float64)
+    ref = np_clip(w, 1 / c, c)
+    assert np.linalg.norm(both - ref) / np.linalg.norm(ref) <= PAPER_ERROR / 10
+    np.testing.assert_array_equal(np.asarray(ns_clip_matrices(w, None, c)), w)
+
+
+@pytest.mark.parametrize("side", ["both", "upper"])
+def test_an_upper_bound_just_below_the_largest_singular_value_binds(side):
+    """The bound that decides whether the upper clip can bind must not skip one that does: here
+    one matrix of a batch has its top singular value 0.1 % above c, the other has none above,
+    and the rest are small, so that the bound is within 0.1 % of the top one."""
+    rng = np.random.default_rng(4)
+    u = np.linalg.qr(rng.standard_normal((2, 48, 48)))[0]
+    v = np.linalg.qr(rng.standard_normal((2, 96, 48)))[0]
+    s = np.stack([np.r_[3.003, np.geomspace(1.0, 0.2, 47)], np.r_[2.9, np.geomspace(1.0, 0.2, 47)]])
+    w = ((u * s[:, None, :]) @ np.swapaxes(v, -1, -2)).astype(np.float32)
+    lower = 1 / 3.0 if side == "both" else None
+    got = np.asarray(ns_clip_matrices(w, lower, 3.0), np.float64)
+    want = np_clip(w, lower or 0.0, 3.0)
+    np.testing.assert_allclose(np.linalg.svd(got, compute_uv=False)[:, 0], [3.0, 2.9], rtol=2e-5)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) <= PAPER_ERROR
