@@ -58,11 +58,18 @@ def _mm(x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.matmul(x, y, precision=HIGHEST)
 
 
+def _frobenius(x: jax.Array) -> jax.Array:
+    """(batch..., 1, 1) Frobenius norms of (batch..., m, n) matrices, taken on x / max|x| so
+    that the squares neither overflow (||x||_F up to float32's largest) nor vanish."""
+    peak = jnp.max(jnp.abs(x), axis=(-2, -1), keepdims=True)
+    peak = jnp.where(peak > 0, peak, 1.0)
+    return peak * jnp.sqrt(jnp.sum(jnp.square(x / peak), axis=(-2, -1), keepdims=True))
+
+
 def _msign_wide(x: jax.Array, steps: int) -> jax.Array:
     """msign of (batch..., m, n) with m <= n: scale into the unit ball, then iterate
     X <- a X + (b A + c A^2) X with A = X X^T."""
-    norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=(-2, -1), keepdims=True))
-    x = x / (SAFETY * norm + NORM_EPS)
+    x = x / (SAFETY * _frobenius(x) + NORM_EPS)
 
     def step(x, abc):
         a, b, c = abc[0], abc[1], abc[2]
@@ -84,9 +91,9 @@ def msign(w: jax.Array, steps: int = DEFAULT_NS_STEPS) -> jax.Array:
 def _largest_singular_value_bound(w: jax.Array) -> jax.Array:
     """(batch..., 1, 1) bounds (sum of S^8)^(1/8) on the largest singular value of each wide
     (m <= n) matrix: never below it, and at most m^(1/8) times it (2.2 for 512 rows). Computed
-    on w / ||w||_F, so that nothing overflows."""
-    norm = jnp.sqrt(jnp.sum(jnp.square(w), axis=(-2, -1), keepdims=True))
-    x = w / (norm + NORM_EPS)
+    on w / ||w||_F, so that S^8 neither overflows nor vanishes."""
+    norm = _frobenius(w)
+    x = w / jnp.where(norm > 0, norm, 1.0)
     gram = _mm(x, _mT(x))
     fourth = jnp.sqrt(jnp.sum(jnp.square(_mm(gram, gram)), axis=(-2, -1), keepdims=True))
     return norm * jnp.sqrt(jnp.sqrt(fourth))
@@ -114,8 +121,8 @@ def ns_clip_matrices(
     if upper is None:
         return 0.5 * _mm(lower * eye + _mm(w, _mT(o)) + abs_gap(lower), o)
     # Where no singular value can exceed `upper` (the bound, with room for its own rounding),
-    # the formula without it; see the module notes.
-    upper_binds = _largest_singular_value_bound(w) * 1.001 > upper
+    # the formula without it; see the module notes. A NaN bound counts as binding.
+    upper_binds = ~(_largest_singular_value_bound(w) * 1.001 <= upper)
     if lower is None:
         clipped = 0.5 * _mm(upper * eye + _mm(w, _mT(o)) - abs_gap(upper), o)
         return jnp.where(upper_binds, clipped, w)

@@ -8,6 +8,7 @@ import pytest
 from interventions.newton_schulz import (
     DEFAULT_NS_STEPS,
     POLAR_EXPRESS,
+    _largest_singular_value_bound,
     msign,
     ns_clip_matrices,
     polar_express_coefficients,
@@ -123,10 +124,32 @@ def test_a_large_c_keeps_the_matrix(c):
     away (0.5 relative error at c = 1e6 on this layer). Two-sided, the error stays the paper's;
     upper only, a matrix with no singular value above c comes back as it was."""
     w = anisotropic(np.random.default_rng(3), (256, 256))
-    both = np.asarray(jax.jit(lambda x: ns_clip_matrices(x, 1 / c, c))(w), np.float64)
-    ref = np_clip(w, 1 / c, c)
-    assert np.linalg.norm(both - ref) / np.linalg.norm(ref) <= PAPER_ERROR / 10
-    np.testing.assert_array_equal(np.asarray(ns_clip_matrices(w, None, c)), w)
+    # The bound is per matrix: the second, scaled to a top singular value of 2c, binds.
+    top = np.linalg.norm(w.astype(np.float64), 2)
+    batch = np.stack([w, w * np.float32(2 * c / top)])
+    both = np.asarray(jax.jit(lambda x: ns_clip_matrices(x, 1 / c, c))(batch), np.float64)
+    upper = np.asarray(jax.jit(lambda x: ns_clip_matrices(x, None, c))(batch), np.float64)
+    for i in range(2):
+        ref = np_clip(batch[i], 1 / c, c)
+        assert np.linalg.norm(both[i] - ref) / np.linalg.norm(ref) <= PAPER_ERROR / 10
+    np.testing.assert_array_equal(upper[0], w)
+    ref = np_clip(batch[1], 0.0, c)
+    assert np.linalg.norm(upper[1] - ref) / np.linalg.norm(ref) <= PAPER_ERROR
+
+
+@pytest.mark.parametrize("scale", [1e-20, 1e-3, 1.0, 1e20, 1e30])
+@pytest.mark.parametrize("shape", [(1, 7), (16, 16), (12, 300), (300, 12)])
+def test_the_bound_on_the_largest_singular_value(scale, shape):
+    """Never below it (a bound below would skip a clip that binds), at most m^(1/8) above it,
+    at any scale: squares of 1e20 overflow float32, those of 1e-20 vanish."""
+    rng = np.random.default_rng(shape[0])
+    w = rng.standard_normal((3, *shape)) * np.array([1.0, 1e-2, 1e2])[:, None, None] * scale
+    w = w.astype(np.float32)
+    wide = w if shape[0] <= shape[1] else np.swapaxes(w, -1, -2)
+    bound = np.asarray(_largest_singular_value_bound(jnp.asarray(wide)), np.float64).ravel()
+    top = np.linalg.norm(w.astype(np.float64), 2, axis=(-2, -1))
+    assert np.all(bound >= top * (1 - 1e-5))
+    assert np.all(bound <= top * min(shape) ** (1 / 8) * (1 + 1e-5))
 
 
 @pytest.mark.parametrize("side", ["both", "upper"])

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-import jax
+import jaxlib
 import pytest
 
 from launch.xla_flags import CPU_FLAGS, CPU_ONLY_FLAGS, apply_xla_flags
@@ -54,8 +54,8 @@ def _ynn_fusions(stock: bool) -> int:
     return int(out.stdout.split()[-1])
 
 
-@pytest.mark.skipif(jax.__version__ != "0.10.2", reason=f"counts the YNNPACK fusions that jaxlib "
-                    f"0.10.2 (setup.py's pin) forms; this is jax {jax.__version__}")
+@pytest.mark.skipif(jaxlib.__version__ != "0.10.2", reason="counts the YNNPACK fusions that "
+                    f"jaxlib 0.10.2 (setup.py's pin) forms; this is jaxlib {jaxlib.__version__}")
 def test_flags_take_effect_when_the_run_scripts_import_the_project():
     """XLA reads XLA_FLAGS at its first compilation: an import-time computation anywhere in the
     project would silently drop the options. Stock jaxlib 0.10.2 gives the matmul and the
