@@ -17,6 +17,10 @@ PyTree = Any
 Metrics = dict[str, dict[str, jax.Array]]
 SRANK_THRESHOLD = 0.99
 DORMANT_TAUS = (0.0, 0.025)
+# The name a network records a residual stream under (BRO's block outputs, `x + LN(...)`, with
+# no activation after the sum): srank applies to it, dormant ratios, defined on activations
+# (Sokar et al. 2023: a unit's mean |output| after its activation), do not.
+RESIDUAL = "residual"
 
 
 def spectrum_metrics(s: jax.Array) -> dict[str, jax.Array]:
@@ -71,11 +75,13 @@ def feature_metrics(
     taus: Sequence[float] = DORMANT_TAUS,
     srank_threshold: float = SRANK_THRESHOLD,
 ) -> Metrics:
-    """Per hidden layer (features (..., batch, units)), its srank and dormant ratios."""
+    """Per hidden layer (features (..., batch, units)), its srank and dormant ratios; a
+    residual stream (a name ending in `RESIDUAL`) gets srank only."""
     out = {}
     for name, h in features.items():
         metrics = {"srank": srank(h, srank_threshold)}
-        metrics.update({dormant_key(tau): dormant_ratio(h, tau) for tau in taus})
+        if name.rsplit("/", 1)[-1] != RESIDUAL:
+            metrics.update({dormant_key(tau): dormant_ratio(h, tau) for tau in taus})
         out[name] = metrics
     return out
 

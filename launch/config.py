@@ -63,6 +63,7 @@ class TrainConfig:
     diagnostics: bool = True
     dormant_taus: tuple[float, ...] = (0.0, 0.025)  # interventions.diagnostics.DORMANT_TAUS
     srank_threshold: float = 0.99  # interventions.diagnostics.SRANK_THRESHOLD
+    diagnostics_batch_size: int = 0  # 0: batch_size
     logdir: str = "runs"
     run_name: str = ""
     intervention: str = "none"
@@ -158,6 +159,10 @@ def validate(cfg: TrainConfig) -> None:
                           "diagnostics.csv writes them); give each once")
     if not 0 < cfg.srank_threshold <= 1:
         raise ConfigError(f"--srank_threshold must be in (0, 1], got {cfg.srank_threshold}")
+    if not 0 <= cfg.diagnostics_batch_size <= cfg.buffer_capacity:
+        raise ConfigError(f"--diagnostics_batch_size must be from 1 to --buffer_capacity="
+                          f"{cfg.buffer_capacity}, or 0 for --batch_size, got "
+                          f"{cfg.diagnostics_batch_size}")
     if cfg.batch_size > cfg.buffer_capacity:
         raise ConfigError(
             f"--batch_size={cfg.batch_size} is larger than --buffer_capacity={cfg.buffer_capacity}"
@@ -237,6 +242,10 @@ def define_flags(defaults: TrainConfig) -> None:
                       "|activation| over the layer's mean is <= tau; 0 counts dead units).")
     flags.DEFINE_float("srank_threshold", d.srank_threshold, "srank of a feature matrix: the "
                        "smallest k whose top-k singular values reach this share of their sum.")
+    flags.DEFINE_integer("diagnostics_batch_size", d.diagnostics_batch_size, "Replay transitions "
+                         "the feature diagnostics are computed on (0: --batch_size). A layer's "
+                         "srank cannot exceed it: use at least the widest layer's width to "
+                         "compare sranks across widths.")
     flags.DEFINE_string("logdir", d.logdir, "Root of the results tree: "
                         "<logdir>/<agent>/<env>/<run_name>/.")
     flags.DEFINE_string("run_name", d.run_name, "Run directory name; default "

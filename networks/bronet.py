@@ -1,14 +1,17 @@
 """BroNet (Nauman et al. 2024) and BRO's networks built on it: quantile critic, two actors.
 
-Every hidden activation is recorded with `sow("intermediates", ...)`: the stem's ReLU output,
-each block's inner ReLU output and each block's residual output, so the plasticity diagnostics
-read the same features for any depth.
+Every hidden feature is recorded with `sow("intermediates", ...)`: the stem's ReLU output
+(`hidden_0`), each block's inner ReLU output (`block_i/relu`) and each block's output, the
+residual stream (`block_i/residual`, a sum with no activation after it), so the plasticity
+diagnostics read the same features for any depth; they give the residual stream an srank but
+no dormant ratios (`interventions.diagnostics.RESIDUAL`).
 """
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from interventions.diagnostics import RESIDUAL
 from networks.common import RELU_GAIN, default_init
 from networks.layers import Dense, DenseParams, LayerNorm, dense_heads
 from networks.policies import squash_log_std
@@ -27,7 +30,7 @@ class BroBlock(nn.Module):
         self.sow("intermediates", "relu", h)
         h = Dense(self.width, kernel_init=default_init(self.init_scale), name="Dense_1")(h)
         out = x + LayerNorm(name="LayerNorm_1")(h)
-        self.sow("intermediates", "out", out)
+        self.sow("intermediates", RESIDUAL, out)
         return out
 
 

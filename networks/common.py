@@ -56,8 +56,9 @@ def default_init(scale: float = RELU_GAIN) -> nn.initializers.Initializer:
 class MLP(nn.Module):
     """Dense -> LayerNorm -> ReLU per hidden layer; `x (..., in) -> (..., hidden_dims[-1])`.
 
-    Each hidden activation is recorded with `sow("intermediates", "features", ...)` so the
-    plasticity diagnostics can read the features without a second forward pass definition.
+    Each hidden layer's output (after the ReLU) is recorded with `sow("intermediates",
+    "hidden_<i>", ...)` so the plasticity diagnostics can read the features without a second
+    forward pass definition.
     """
 
     hidden_dims: Sequence[int]

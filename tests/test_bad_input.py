@@ -63,6 +63,13 @@ CASES = {
     "dormant taus repeated": (["--dormant_taus=0,0.025,0.0250000001"],
                               "--dormant_taus repeats a threshold (0,0.025,0.025 as "),
     "srank threshold above 1": (["--srank_threshold=1.5"], "--srank_threshold must be in (0, 1]"),
+    "negative diagnostics batch": (["--diagnostics_batch_size=-1"], "--diagnostics_batch_size "
+                                   "must be from 1 to --buffer_capacity=1000000, or 0 for "
+                                   "--batch_size, got -1"),
+    "diagnostics batch above the buffer": (["--buffer_capacity=500",
+                                            "--diagnostics_batch_size=501"],
+                                           "--diagnostics_batch_size must be from 1 to "
+                                           "--buffer_capacity=500"),
     "negative eval seed offset": (["--eval_seed_offset=-1"], "--eval_seed_offset must be >= 0"),
     "zero init scale": (["--init_scale=0"], "--init_scale must be positive, got 0.0"),
     "clip parts without clip": (["--intervention=reset", "--clip_parts=actor.params"],
@@ -168,7 +175,8 @@ def test_a_run_recorded_before_a_setting_existed_is_still_the_same_run(tmp_path)
     the value it had (the default) is not 'different settings'."""
     cfg = TrainConfig(agent="sac", env="cartpole-swingup", progress=False, logdir=str(tmp_path))
     record = config_record(cfg, SACConfig())
-    for key in ("clip_ns_steps", "dormant_taus", "srank_threshold", "eval_seed_offset"):
+    for key in ("clip_ns_steps", "dormant_taus", "srank_threshold", "diagnostics_batch_size",
+                "eval_seed_offset"):
         del record[key]
     del record["agent_config"]["init_scale"]
     os.makedirs(cfg.run_dir)

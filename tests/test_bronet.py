@@ -64,11 +64,12 @@ def test_bronet_records_every_hidden_activation(depth):
     x = jax.random.normal(jax.random.key(1), (BATCH, IN))
     params = net.init(jax.random.key(0), x)["params"]
     feats = sow_features(net.apply, params, x)
-    expected = {"hidden_0"} | {f"block_{i}/{n}" for i in range(depth) for n in ("relu", "out")}
+    expected = {"hidden_0"} | {f"block_{i}/{n}" for i in range(depth)
+                               for n in ("relu", "residual")}
     assert set(feats) == expected
     assert all(f.shape == (BATCH, WIDTH) for f in feats.values())
-    assert all(float(f.min()) >= 0 for k, f in feats.items() if not k.endswith("out"))
-    last = f"block_{depth - 1}/out" if depth else "hidden_0"
+    assert all(float(f.min()) >= 0 for k, f in feats.items() if not k.endswith("residual"))
+    last = f"block_{depth - 1}/residual" if depth else "hidden_0"
     np.testing.assert_array_equal(feats[last], net.apply({"params": params}, x))
 
 

@@ -18,9 +18,9 @@ from interventions import (
     srank,
     weight_metrics,
 )
-from interventions.diagnostics import DORMANT_TAUS, SRANK_THRESHOLD
+from interventions.diagnostics import DORMANT_TAUS, RESIDUAL, SRANK_THRESHOLD
 from launch.config import TrainConfig
-from launch.diagnose import make_diagnostics
+from launch.diagnose import make_diagnostics, rows
 
 RTOL = 1e-4
 
@@ -131,6 +131,63 @@ def test_dormant_hand_built():
     assert float(dormant_ratio(jnp.zeros((5, 3)), 0.0)) == 1.0
     keys = feature_metrics({"h": jnp.asarray(h)}, taus=(0.0, 0.1))["h"].keys()
     assert set(keys) == {"srank", "dormant_tau0", "dormant_tau0.1"}
+
+
+def test_dormant_is_relative_to_the_layer_and_uses_mean_absolute_values():
+    # unit means (0.1, 10, 10, 10): the first is 0.013 of the layer's mean 7.525, dormant at
+    # 0.025 however the layer is scaled (an unnormalised score would be 0.1, then 1e-4)
+    h = np.full((6, 4), 10.0, np.float32)
+    h[:, 0] = 0.1
+    for scale in (1.0, 1e-3, 1e3):
+        assert float(dormant_ratio(jnp.asarray(h * scale), 0.025)) == 0.25
+    # a unit of +1 and -1 is active: its mean |h| is 1 (its |mean h| would be 0)
+    signed = np.array([[1.0, 1.0], [-1.0, 1.0]], np.float32)
+    assert float(dormant_ratio(jnp.asarray(signed), 0.0)) == 0.0
+
+
+def test_srank_counts_reaching_the_threshold_exactly():
+    # singular values 3 and 1: the first reaches 0.75 of the total 4 exactly (3.0 in float32)
+    assert int(srank(jnp.diag(jnp.array([3.0, 1.0])), threshold=0.75)) == 1
+    assert int(srank(jnp.diag(jnp.array([3.0, 1.0])), threshold=0.76)) == 2
+
+
+def test_a_residual_stream_gets_srank_but_no_dormant_ratios():
+    h = jnp.asarray(np.random.default_rng(3).standard_normal((32, 8)), jnp.float32)
+    got = feature_metrics({f"block_0/{RESIDUAL}": h, "block_0/relu": jax.nn.relu(h)})
+    assert set(got[f"block_0/{RESIDUAL}"]) == {"srank"}
+    assert set(got["block_0/relu"]) == {"srank", "dormant_tau0", "dormant_tau0.025"}
+
+
+def test_sac_features_are_each_hidden_layers_output_after_its_relu():
+    agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
+    state = agent.init(jax.random.key(0), 4, 2)
+    rng = np.random.default_rng(0)
+    batch = Batch(*(np.asarray(rng.normal(size=shape), np.float32) for shape in [
+        (32, 4), (32, 2), (32,), (32, 4), (32,)]))
+    feats = agent.features(state, batch)
+    assert set(feats["actor"]) == {"MLP_0/hidden_0", "MLP_0/hidden_1"}
+    assert set(feats["critic"]) == {"net/MLP_0/hidden_0", "net/MLP_0/hidden_1"}
+    mlp = jax.tree.map(lambda x: np.asarray(x, np.float64), dict(state.actor.params["MLP_0"]))
+    x = batch.observations.astype(np.float64)
+    for i in range(2):
+        x = x @ mlp[f"Dense_{i}"]["kernel"] + mlp[f"Dense_{i}"]["bias"]
+        x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+        x = np.maximum(x * mlp[f"LayerNorm_{i}"]["scale"] + mlp[f"LayerNorm_{i}"]["bias"], 0)
+        np.testing.assert_allclose(feats["actor"][f"MLP_0/hidden_{i}"], x, rtol=1e-4, atol=1e-5)
+    assert all(float(f.min()) >= 0 for f in feats["critic"].values())
+
+
+def test_rows_label_each_seed_and_ensemble_member():
+    values = {"critic": {"net/h/features": {"srank": np.array([[1, 2], [3, 4]])}},
+              "actor": {"h/features": {"dormant_tau0": np.array([0.5, 0.25])}}}
+    assert list(rows(100, [7, 8], values)) == [
+        (100, 7, "critic", "net/h/features[0]", "srank", "1"),
+        (100, 7, "critic", "net/h/features[1]", "srank", "2"),
+        (100, 8, "critic", "net/h/features[0]", "srank", "3"),
+        (100, 8, "critic", "net/h/features[1]", "srank", "4"),
+        (100, 7, "actor", "h/features", "dormant_tau0", "0.5"),
+        (100, 8, "actor", "h/features", "dormant_tau0", "0.25"),
+    ]
 
 
 @pytest.mark.parametrize("c", [1.5, 4.0])

@@ -148,15 +148,21 @@ def test_help_lists_flags_with_defaults():
 
 def test_logging_settings_leave_training_as_it_is(tmp_path):
     """The diagnostics draw their replay batch with a generator of their own, so the same seed
-    trains on the same minibatches with them on or off."""
-    returns = {}
-    for diagnostics in ("true", "false"):
-        logdir = tmp_path / diagnostics
-        run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", "--max_steps=700",
-            "--start_steps=300", "--eval_every=200", f"--diagnostics={diagnostics}")
-        rows = read_csv(logdir / "sac" / "cartpole-swingup" / "none-utd1-seed0" / "eval.csv")
-        returns[diagnostics] = [(r["env_step"], r["return"]) for r in rows]
-    assert len(returns["true"]) == 4 and returns["true"] == returns["false"]
+    trains on the same minibatches with them on or off, on a batch of any size. The batch
+    bounds srank: 16 training transitions (the default), 128 with --diagnostics_batch_size."""
+    returns, sranks = {}, {}
+    for name, flags in {"on": [], "off": ["--diagnostics=false"],
+                        "wide": ["--diagnostics_batch_size=128"]}.items():
+        logdir = tmp_path / name
+        run("run_sac.py", *FAST_SAC, f"--logdir={logdir}", "--max_steps=700", "--batch_size=16",
+            "--start_steps=300", "--eval_every=200", *flags)
+        run_dir = logdir / "sac" / "cartpole-swingup" / "none-utd1-seed0"
+        returns[name] = [(r["env_step"], r["return"]) for r in read_csv(run_dir / "eval.csv")]
+        if name != "off":
+            sranks[name] = max(float(r["value"]) for r in read_csv(run_dir / "diagnostics.csv")
+                               if r["metric"] == "srank")
+    assert len(returns["on"]) == 4 and returns["on"] == returns["off"] == returns["wide"]
+    assert sranks["on"] <= 16 < sranks["wide"]
 
 
 def test_a_run_stopped_after_its_last_checkpoint_finishes_on_rerun(tmp_path):
