@@ -202,6 +202,17 @@ def early_warning(cfg: TrainConfig) -> str | None:
             "trained")
 
 
+def diagnostics_warning(cfg: TrainConfig) -> str | None:
+    """A line when the feature diagnostics would never be computed: their batch is larger than
+    the replay buffer ever holds in this run (--max_steps transitions), or None."""
+    size = cfg.diagnostics_batch_size or cfg.batch_size
+    if not cfg.diagnostics or size <= cfg.max_steps:
+        return None
+    return (f"the feature diagnostics need {size} transitions in the replay buffer "
+            f"(--diagnostics_batch_size), more than this run collects ({cfg.max_steps}, "
+            "--max_steps): diagnostics.csv will hold the weight spectra alone")
+
+
 def seed_warning(cfg: TrainConfig) -> str | None:
     """A line when some train env is seeded like an eval env (seed s + offset is also a train
     seed of this process), or None."""
@@ -243,9 +254,10 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_float("srank_threshold", d.srank_threshold, "srank of a feature matrix: the "
                        "smallest k whose top-k singular values reach this share of their sum.")
     flags.DEFINE_integer("diagnostics_batch_size", d.diagnostics_batch_size, "Replay transitions "
-                         "the feature diagnostics are computed on (0: --batch_size). A layer's "
-                         "srank cannot exceed it: use at least the widest layer's width to "
-                         "compare sranks across widths.")
+                         "the feature diagnostics are computed on (0: --batch_size), drawn with "
+                         "replacement; they start once the buffer holds that many (the weight "
+                         "spectra at every evaluation). A layer's srank cannot exceed it: use at "
+                         "least the widest layer's width to compare sranks across widths.")
     flags.DEFINE_string("logdir", d.logdir, "Root of the results tree: "
                         "<logdir>/<agent>/<env>/<run_name>/.")
     flags.DEFINE_string("run_name", d.run_name, "Run directory name; default "

@@ -16,11 +16,13 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
 
     Weight-matrix spectra of every network in `agent.weights`, plus srank (at
     `srank_threshold`) and dormant ratios (one per tau in `taus`) of every hidden layer's
-    features on `batch` (leaves `(seeds, batch, ...)`).
+    features on `batch` (leaves `(seeds, batch, ...)`; None: the spectra alone).
     """
 
-    def diagnose(states, batch):
+    def diagnose(states, batch=None):
         out = {f"{net}": weight_metrics(params) for net, params in agent.weights(states).items()}
+        if batch is None:
+            return out
         feats = jax.vmap(agent.features)(states, batch)
         for net, layers in feats.items():
             metrics = feature_metrics(layers, taus, srank_threshold)

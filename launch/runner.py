@@ -21,6 +21,7 @@ from launch.config import (
     ConfigError,
     TrainConfig,
     config_from_flags,
+    diagnostics_warning,
     early_warning,
     one_line_flag_parser,
     schedule_warning,
@@ -163,7 +164,8 @@ def _dry_run(cfg: TrainConfig, agent_config, warn_schedule) -> None:
 
 def _warn(cfg: TrainConfig, warn_schedule: Callable[[TrainConfig], str | None]) -> None:
     """Settings that work but may not do what was meant: a line each on stderr."""
-    for warning in (warn_schedule(cfg), early_warning(cfg), seed_warning(cfg)):
+    for warning in (warn_schedule(cfg), early_warning(cfg), seed_warning(cfg),
+                    diagnostics_warning(cfg)):
         if warning is not None:
             print(f"warning: {warning}", file=sys.stderr)
 

@@ -312,7 +312,7 @@ class Trainer:
         self.check_divergence(loop)  # no evaluation row for an agent that has diverged
         returns = evaluate(self.eval_act, loop.states, self.eval_env, self.cfg.eval_episodes)
         self.files.write_eval(loop.env_step, returns, loop.wall_time)
-        if self.diagnose is not None and len(self.buffer) >= self.diagnostics_batch_size:
+        if self.diagnose is not None:
             self.log_diagnostics(loop)
         return returns
 
@@ -321,12 +321,15 @@ class Trainer:
         return self.cfg.diagnostics_batch_size or self.cfg.batch_size
 
     def log_diagnostics(self, loop: Loop) -> None:
-        """Spectra of every weight matrix and feature metrics on one replay batch, drawn with a
-        generator of its own (from the seed and env step), so that logging settings
-        (--diagnostics, --eval_every) leave the training minibatches as they are."""
-        rng = np.random.default_rng([self.cfg.seed, 2, loop.env_step])
-        batch = to_batch(self.buffer.sample(self.diagnostics_batch_size, 1, rng=rng))
-        batch = jax.tree.map(lambda x: x[:, 0], batch)
+        """Spectra of every weight matrix and, once the buffer holds as many transitions as
+        the diagnostics batch, feature metrics on one replay batch, drawn with a generator of
+        its own (from the seed and env step), so that logging settings (--diagnostics,
+        --eval_every, --diagnostics_batch_size) leave the training minibatches as they are."""
+        batch = None
+        if len(self.buffer) >= self.diagnostics_batch_size:
+            rng = np.random.default_rng([self.cfg.seed, 2, loop.env_step])
+            batch = to_batch(self.buffer.sample(self.diagnostics_batch_size, 1, rng=rng))
+            batch = jax.tree.map(lambda x: x[:, 0], batch)
         values = jax.device_get(self.diagnose(loop.states, batch))
         self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))
 

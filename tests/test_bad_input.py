@@ -15,6 +15,7 @@ from agents.sac import SACConfig
 from launch.config import (
     ConfigError,
     TrainConfig,
+    diagnostics_warning,
     early_warning,
     schedule_warning,
     seed_warning,
@@ -271,6 +272,18 @@ def test_train_envs_seeded_like_eval_envs_are_warned_about():
         "--eval_seed_offset=43 or more keeps them apart")
     assert seed_warning(TrainConfig(num_seeds=1, eval_seed_offset=0)).startswith(
         "the eval env of seed 0 has dm_control seed 0, which the train env of seed 0 has too")
+
+
+def test_a_diagnostics_batch_no_buffer_of_the_run_holds_is_warned_about():
+    assert diagnostics_warning(TrainConfig(max_steps=1000, start_steps=10)) is None
+    assert diagnostics_warning(TrainConfig(max_steps=1000, start_steps=10,
+                                           diagnostics_batch_size=1000)) is None
+    assert diagnostics_warning(TrainConfig(max_steps=200, start_steps=10)) == (
+        "the feature diagnostics need 256 transitions in the replay buffer "
+        "(--diagnostics_batch_size), more than this run collects (200, --max_steps): "
+        "diagnostics.csv will hold the weight spectra alone")
+    assert diagnostics_warning(TrainConfig(max_steps=200, start_steps=10,
+                                           diagnostics=False)) is None
 
 
 def test_a_run_directory_in_use_or_with_an_unreadable_config_is_refused(tmp_path):

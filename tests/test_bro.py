@@ -355,6 +355,11 @@ def test_run_bro_writes_the_run(runs, intervention):
     assert {r["network"] for r in diagnostics} == {
         "actor", "optimistic_actor", "critic", "target_critic"}
     assert "net/BroNet_0/block_0/relu/features[1]" in {r["layer"] for r in diagnostics}
+    # The residual stream has an srank and no dormant ratios; the ReLU outputs have both.
+    def metrics_of(layer):
+        return {r["metric"] for r in diagnostics if r["layer"] == layer}
+    assert metrics_of("net/BroNet_0/block_0/residual/features[0]") == {"srank"}
+    assert {"srank", "dormant_tau0"} <= metrics_of("net/BroNet_0/block_0/relu/features[0]")
     taus = (0, 0.5) if intervention == "none" else (0, 0.025)  # none: --dormant_taus=0,0.5
     assert {r["metric"] for r in diagnostics if r["metric"].startswith("dormant")} == {
         f"dormant_tau{tau:g}" for tau in taus}

@@ -145,6 +145,8 @@ def test_dormant_is_relative_to_the_layer_and_uses_mean_absolute_values():
     assert float(dormant_ratio(jnp.asarray(signed), 0.0)) == 0.0
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="needs the SVD of diag(3, 1) to be exactly 3 and 1, as LAPACK's is")
 def test_srank_counts_reaching_the_threshold_exactly():
     # singular values 3 and 1: the first reaches 0.75 of the total 4 exactly (3.0 in float32)
     assert int(srank(jnp.diag(jnp.array([3.0, 1.0])), threshold=0.75)) == 1
