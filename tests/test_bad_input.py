@@ -190,6 +190,12 @@ def test_a_run_recorded_before_a_setting_existed_is_still_the_same_run(tmp_path)
     changed = dataclasses.replace(cfg, eval_seed_offset=7)
     with pytest.raises(ConfigError, match="eval_seed_offset: 42 there, 7 now"):
         resume_state(changed, config_record(changed, SACConfig()))
+    # --diagnostics_batch_size=0 (recorded, or added) is the --batch_size, 256, given or not.
+    same = dataclasses.replace(cfg, diagnostics_batch_size=256)
+    assert resume_state(same, config_record(same, SACConfig())) == "fresh"
+    changed = dataclasses.replace(cfg, diagnostics_batch_size=1024)
+    with pytest.raises(ConfigError, match="diagnostics_batch_size: 256 there, 1024 now"):
+        resume_state(changed, config_record(changed, SACConfig()))
     wider = dataclasses.replace(SACConfig(), hidden_dims=(64, 64))
     with pytest.raises(ConfigError, match=re.escape(
             "(agent_config.hidden_dims: [256, 256] there, [64, 64] now)")):

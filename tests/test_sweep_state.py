@@ -183,6 +183,9 @@ def test_recorded_settings_include_the_agents_hyperparameters():
     (["--intervention_steps="], ["--intervention_steps="],
      {"intervention_steps": [15001, 50001]}, None),
     ([], ["--clip_parts="], {"clip_parts": ["actor.params"]}, "clip_parts: ['actor.params'] there"),
+    # A run recorded before a setting existed ran with its default, as the run script assumes.
+    ([], ["--srank_threshold=0.99"], {}, None),
+    ([], ["--srank_threshold=0.5"], {}, "srank_threshold: 0.99 there, '0.5' now"),
 ])
 def test_a_finished_run_is_compared_with_the_extra_flags_however_they_are_spelled(
         tmp_path, launched, now, config, differs):

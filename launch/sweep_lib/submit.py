@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 import submitit
 
-from launch.run_files import EXIT_IN_USE
+from launch.run_files import EXIT_IN_USE, with_added_settings
 from launch.sweep_lib.grid import JobSpec, SweepError, extra_settings
 from launch.sweep_lib.job import LocalWorker, RunJob
 from launch.sweep_lib.state import (
@@ -322,6 +322,7 @@ def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status], log
                              "directory away")
         if not config:  # never started
             continue
+        config = with_added_settings(config)  # a setting added since, at the value it ran with
         wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
                   "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
         # An empty --intervention_steps= asks for the default schedule, which config.json
