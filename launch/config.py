@@ -208,9 +208,11 @@ def diagnostics_warning(cfg: TrainConfig) -> str | None:
     size = cfg.diagnostics_batch_size or cfg.batch_size
     if not cfg.diagnostics or size <= cfg.max_steps:
         return None
-    return (f"the feature diagnostics need {size} transitions in the replay buffer "
-            f"(--diagnostics_batch_size), more than this run collects ({cfg.max_steps}, "
-            "--max_steps): diagnostics.csv will hold the weight spectra alone")
+    flag = ("--diagnostics_batch_size" if cfg.diagnostics_batch_size
+            else "--batch_size, as --diagnostics_batch_size=0 asks")
+    return (f"the feature diagnostics need {size} transitions in the replay buffer ({flag}), "
+            f"more than this run collects ({cfg.max_steps}, --max_steps): diagnostics.csv will "
+            "hold the weight spectra alone")
 
 
 def seed_warning(cfg: TrainConfig) -> str | None:

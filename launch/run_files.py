@@ -83,6 +83,14 @@ def with_added_settings(record: dict) -> dict:
     return record
 
 
+def with_resolved_settings(record: dict) -> dict:
+    """A config.json record with --diagnostics_batch_size=0 spelled as the --batch_size it
+    stands for, so that a run resumes (and a sweep relaunches it) given either."""
+    if record.get("diagnostics_batch_size") == 0 and "batch_size" in record:
+        return {**record, "diagnostics_batch_size": record["batch_size"]}
+    return record
+
+
 def read_config(run_dir: str) -> dict | None:
     """The config.json of a run directory, or None when there is none; CannotResume when it
     is not a JSON object."""

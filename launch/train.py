@@ -32,6 +32,7 @@ from launch.run_files import (
     config_record,
     read_config,
     with_added_settings,
+    with_resolved_settings,
 )
 from replay import ReplayBuffer
 
@@ -142,14 +143,6 @@ def _flat(record: dict, prefix: str = "") -> dict:
     return out
 
 
-def _resolved(settings: dict) -> dict:
-    """Flattened settings with --diagnostics_batch_size=0 spelled as what it means, the
-    --batch_size: a run may resume with either."""
-    if settings.get("diagnostics_batch_size") == 0:
-        return {**settings, "diagnostics_batch_size": settings.get("batch_size")}
-    return settings
-
-
 def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
     """The run's checkpoint directories by name: (env steps, those moved aside as corrupt)."""
     ckpt_dir = os.path.join(run_dir, "checkpoints")
@@ -168,8 +161,8 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
     steps, corrupt = checkpoint_dirs(cfg.run_dir)
     has_checkpoint = bool(steps)
     if existing is not None:
-        there = _resolved(_flat(with_added_settings(existing)))
-        now = _resolved(_flat(json.loads(json.dumps(record))))
+        there = _flat(with_resolved_settings(with_added_settings(existing)))
+        now = _flat(with_resolved_settings(json.loads(json.dumps(record))))
         differ = sorted(k for k in set(there) | set(now)
                         if k.split(".")[0] not in IGNORED_ON_RESUME and there.get(k) != now.get(k))
         if differ:

@@ -280,14 +280,23 @@ def test_train_envs_seeded_like_eval_envs_are_warned_about():
         "the eval env of seed 0 has dm_control seed 0, which the train env of seed 0 has too")
 
 
-def test_a_diagnostics_batch_no_buffer_of_the_run_holds_is_warned_about():
+def test_a_diagnostics_batch_no_buffer_of_the_run_holds_is_warned_about(tmp_path):
     assert diagnostics_warning(TrainConfig(max_steps=1000, start_steps=10)) is None
     assert diagnostics_warning(TrainConfig(max_steps=1000, start_steps=10,
                                            diagnostics_batch_size=1000)) is None
     assert diagnostics_warning(TrainConfig(max_steps=200, start_steps=10)) == (
-        "the feature diagnostics need 256 transitions in the replay buffer "
-        "(--diagnostics_batch_size), more than this run collects (200, --max_steps): "
+        "the feature diagnostics need 256 transitions in the replay buffer (--batch_size, as "
+        "--diagnostics_batch_size=0 asks), more than this run collects (200, --max_steps): "
         "diagnostics.csv will hold the weight spectra alone")
+    assert diagnostics_warning(TrainConfig(max_steps=200, start_steps=10,
+                                           diagnostics_batch_size=201)).startswith(
+        "the feature diagnostics need 201 transitions in the replay buffer "
+        "(--diagnostics_batch_size), more")
+    # A run script shows it, with its other warnings, from --dry_run on.
+    proc = run("run_sac.py", *FAST_SAC, "--max_steps=200", "--start_steps=10",
+               "--diagnostics_batch_size=201", f"--logdir={tmp_path}/runs", "--dry_run",
+               timeout=60)
+    assert "warning: the feature diagnostics need 201 transitions" in proc.stderr
     assert diagnostics_warning(TrainConfig(max_steps=200, start_steps=10,
                                            diagnostics=False)) is None
 

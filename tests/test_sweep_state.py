@@ -186,6 +186,12 @@ def test_recorded_settings_include_the_agents_hyperparameters():
     # A run recorded before a setting existed ran with its default, as the run script assumes.
     ([], ["--srank_threshold=0.99"], {}, None),
     ([], ["--srank_threshold=0.5"], {}, "srank_threshold: 0.99 there, '0.5' now"),
+    # --diagnostics_batch_size=0 is the --batch_size, recorded or given, as run scripts read it.
+    ([], ["--diagnostics_batch_size=256"], {"batch_size": 256}, None),
+    ([], ["--diagnostics_batch_size=256"], {"batch_size": 256, "diagnostics_batch_size": 0}, None),
+    ([], ["--diagnostics_batch_size=0"], {"batch_size": 256, "diagnostics_batch_size": 256}, None),
+    ([], ["--diagnostics_batch_size=512"], {"batch_size": 256},
+     "diagnostics_batch_size: 256 there, '512' now"),
 ])
 def test_a_finished_run_is_compared_with_the_extra_flags_however_they_are_spelled(
         tmp_path, launched, now, config, differs):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 import submitit
 
-from launch.run_files import EXIT_IN_USE, with_added_settings
+from launch.run_files import EXIT_IN_USE, with_added_settings, with_resolved_settings
 from launch.sweep_lib.grid import JobSpec, SweepError, extra_settings
 from launch.sweep_lib.job import LocalWorker, RunJob
 from launch.sweep_lib.state import (
@@ -322,13 +322,17 @@ def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status], log
                              "directory away")
         if not config:  # never started
             continue
-        config = with_added_settings(config)  # a setting added since, at the value it ran with
+        # A setting added since, at the value it ran with; --diagnostics_batch_size=0 as the
+        # --batch_size it stands for, there and in the job's flags (as the run script reads them).
+        config = with_resolved_settings(with_added_settings(config))
         wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
                   "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
         # An empty --intervention_steps= asks for the default schedule, which config.json
         # records filled in (BRO's reset steps).
         wanted.update({n: v for n, v in _extra_flags(spec.extra).items()
                        if v or n != "intervention_steps"})
+        if same_setting(0, wanted.get("diagnostics_batch_size", "")):
+            wanted["diagnostics_batch_size"] = wanted.get("batch_size", config.get("batch_size"))
         differ = []
         for name, value in wanted.items():
             there = recorded_setting(config, name)
