@@ -270,6 +270,22 @@ def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, st
     assert not np.allclose(reset, before)
 
 
+def test_diagnostics_compile_twice_at_most_when_features_wait_for_the_buffer(tmp_path):
+    """Weight spectra alone until the buffer holds the diagnostics batch, then everything:
+    two programs, compiled once each, whatever the number of evaluations."""
+    agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    cfg = TrainConfig(env="cartpole-swingup", max_steps=120, start_steps=20, batch_size=8,
+                      eval_every=20, eval_episodes=1, diagnostics_batch_size=60,
+                      progress=False, logdir=str(tmp_path))
+    trainer = train.Trainer(agent, cfg)
+    trainer.run()
+    assert trainer.diagnose._cache_size() == 2
+    rows = read_csv(os.path.join(cfg.run_dir, "diagnostics.csv"))
+    steps = {m: sorted({int(r["env_step"]) for r in rows if r["metric"] == m})
+             for m in ("cond", "srank")}
+    assert steps == {"cond": [20, 40, 60, 80, 100, 120], "srank": [60, 80, 100, 120]}
+
+
 def test_a_clip_that_changes_no_weight_changes_nothing_in_the_run(tmp_path):
     """With c large enough that no singular value is outside [1/c, c], a clipped run is the
     run without interventions, bit for bit: clip and no clip stay a paired comparison."""
