@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import Run
+from launch.run_files import flat_settings
 
 POOLING_KEYS = ("agent", "intervention", "utd")
 
@@ -62,16 +63,6 @@ IGNORED_SETTINGS = ("seed", "num_seeds", "env", "max_steps", "logdir", "run_name
 LISTED_DIFFERENCES = 3
 
 
-def _flatten(config: dict, prefix: str = "") -> dict[str, object]:
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _value_order(text: str) -> tuple:
     try:
         return 0, float(text), text
@@ -98,7 +89,7 @@ def result_settings(config: dict) -> dict[str, str]:
     """{dotted key: value as text} of the config.json settings that can change a run's results:
     every one but IGNORED_SETTINGS and the settings of an intervention the run does not make."""
     ignored = {*IGNORED_SETTINGS, *_inert(config)}
-    return {key: _format(value) for key, value in _flatten(config).items()
+    return {key: _format(value) for key, value in flat_settings(config).items()
             if key.split(".")[0] not in ignored}
 
 
@@ -119,7 +110,7 @@ def warn_if_pooled(runs: Sequence[Run], label: str, group_by: Sequence[str] = ()
     keys = sorted({k for s in settings for k in s}, key=_order)
     found: dict[str, set[str]] = {k: set() for k in keys}
     for config, setting in zip(configs, settings, strict=True):
-        recorded = _flatten(config)
+        recorded = flat_settings(config)
         for key in keys:
             if key in setting:
                 found[key].add(setting[key])

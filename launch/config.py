@@ -79,6 +79,11 @@ class TrainConfig:
     progress: bool = True
 
     @property
+    def diagnostics_batch(self) -> int:
+        """Transitions in the diagnostics' replay batch (--diagnostics_batch_size=0: batch_size)."""
+        return self.diagnostics_batch_size or self.batch_size
+
+    @property
     def seeds(self) -> list[int]:
         return list(range(self.seed, self.seed + self.num_seeds))
 
@@ -205,7 +210,7 @@ def early_warning(cfg: TrainConfig) -> str | None:
 def diagnostics_warning(cfg: TrainConfig) -> str | None:
     """A line when the feature diagnostics would never be computed: their batch is larger than
     the replay buffer ever holds in this run (--max_steps transitions), or None."""
-    size = cfg.diagnostics_batch_size or cfg.batch_size
+    size = cfg.diagnostics_batch
     if not cfg.diagnostics or size <= cfg.max_steps:
         return None
     flag = ("--diagnostics_batch_size" if cfg.diagnostics_batch_size

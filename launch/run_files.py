@@ -83,6 +83,17 @@ def with_added_settings(record: dict) -> dict:
     return record
 
 
+def flat_settings(record: dict, prefix: str = "") -> dict:
+    """A config record's settings by dotted name: {"agent_config.hidden_dims": [...], ...}."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def with_resolved_settings(record: dict) -> dict:
     """A config.json record with --diagnostics_batch_size=0 spelled as the --batch_size it
     stands for, so that a run resumes (and a sweep relaunches it) given either."""

@@ -30,6 +30,7 @@ from launch.run_files import (
     CannotResume,
     RunFiles,
     config_record,
+    flat_settings,
     read_config,
     with_added_settings,
     with_resolved_settings,
@@ -132,17 +133,6 @@ def _set(versions: dict) -> dict:
     return {k: v for k, v in versions.items() if v not in (None, "")}
 
 
-def _flat(record: dict, prefix: str = "") -> dict:
-    """A config record's settings by dotted name: {"agent_config.hidden_dims": [...], ...}."""
-    out = {}
-    for key, value in record.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
     """The run's checkpoint directories by name: (env steps, those moved aside as corrupt)."""
     ckpt_dir = os.path.join(run_dir, "checkpoints")
@@ -161,8 +151,8 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
     steps, corrupt = checkpoint_dirs(cfg.run_dir)
     has_checkpoint = bool(steps)
     if existing is not None:
-        there = _flat(with_resolved_settings(with_added_settings(existing)))
-        now = _flat(with_resolved_settings(json.loads(json.dumps(record))))
+        there = flat_settings(with_resolved_settings(with_added_settings(existing)))
+        now = flat_settings(with_resolved_settings(json.loads(json.dumps(record))))
         differ = sorted(k for k in set(there) | set(now)
                         if k.split(".")[0] not in IGNORED_ON_RESUME and there.get(k) != now.get(k))
         if differ:
@@ -317,19 +307,15 @@ class Trainer:
             self.log_diagnostics(loop)
         return returns
 
-    @property
-    def diagnostics_batch_size(self) -> int:
-        return self.cfg.diagnostics_batch_size or self.cfg.batch_size
-
     def log_diagnostics(self, loop: Loop) -> None:
         """Spectra of every weight matrix and, once the buffer holds as many transitions as
         the diagnostics batch, feature metrics on one replay batch, drawn with a generator of
         its own (from the seed and env step), so that logging settings (--diagnostics,
         --eval_every, --diagnostics_batch_size) leave the training minibatches as they are."""
         batch = None
-        if len(self.buffer) >= self.diagnostics_batch_size:
+        if len(self.buffer) >= self.cfg.diagnostics_batch:
             rng = np.random.default_rng([self.cfg.seed, 2, loop.env_step])
-            batch = to_batch(self.buffer.sample(self.diagnostics_batch_size, 1, rng=rng))
+            batch = to_batch(self.buffer.sample(self.cfg.diagnostics_batch, 1, rng=rng))
             batch = jax.tree.map(lambda x: x[:, 0], batch)
         values = jax.device_get(self.diagnose(loop.states, batch))
         self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))
