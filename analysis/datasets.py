@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.grouping import group_runs, result_settings, warn_if_pooled
+from analysis.grouping import group_runs, result_settings, shared_length, warn_if_pooled
 from analysis.layouts import Run, canonical_task, load_runs
 
 
@@ -27,9 +27,10 @@ def _warn_repeated_seeds(label: str, runs: Sequence[Run]) -> None:
     """Warn when one seed of one task appears in several run dirs of an algorithm (its seeds
     split into groups differently twice): each copy counts as a run."""
     dirs: dict[tuple, list[str]] = {}
+    until = shared_length([run.config for run in runs if run.config])
     for run in runs:  # the same seed under one configuration (runs merely pooled differ here)
         run_dir, _, seed = run.run_id.rpartition("/seed")
-        setting = tuple(sorted(result_settings(run.config).items()))
+        setting = tuple(sorted(result_settings(run.config, until).items()))
         dirs.setdefault((run.task, seed, setting), []).append(run_dir)
     repeated = {key: where for key, where in dirs.items() if len(where) > 1}
     if repeated:

@@ -50,7 +50,9 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]
 # are seeded from a process's first seed, so a seed's numbers depend on its process, not their
 # distribution), the task (an algorithm spans tasks), the run's length (at the steps two runs
 # share, a longer one has computed the same: interventions come after their step's evaluation,
-# and a shorter run only leaves out those at or past its end), where and under which name the
+# and a shorter run only leaves out those at or past its end, so intervention_steps are compared
+# below the shortest run's max_steps: BRO records its resets cut to the run's length), where
+# and under which name the
 # run is written, how it resumes, shows progress and checkpoints (a resumed run continues
 # exactly), what it logs besides evaluations (train.csv every log_every steps; diagnostics.csv,
 # whose replay batch has its own generator, with its dormant_taus, srank_threshold and
@@ -85,10 +87,21 @@ def _inert(config: dict) -> set[str]:
     return inert
 
 
-def result_settings(config: dict) -> dict[str, str]:
+def shared_length(configs: Sequence[dict]) -> int | None:
+    """The shortest max_steps the configs record (None when none records one): the steps
+    pooled runs share."""
+    lengths = [c["max_steps"] for c in configs if isinstance(c.get("max_steps"), int)]
+    return min(lengths) if lengths else None
+
+
+def result_settings(config: dict, until: int | None = None) -> dict[str, str]:
     """{dotted key: value as text} of the config.json settings that can change a run's results:
-    every one but IGNORED_SETTINGS and the settings of an intervention the run does not make."""
+    every one but IGNORED_SETTINGS and the settings of an intervention the run does not make;
+    with `until`, the intervention_steps below it only (those a run of that length makes)."""
     ignored = {*IGNORED_SETTINGS, *_inert(config)}
+    steps = config.get("intervention_steps")
+    if until is not None and isinstance(steps, list):
+        config = {**config, "intervention_steps": [s for s in steps if s < until]}
     return {key: _format(value) for key, value in flat_settings(config).items()
             if key.split(".")[0] not in ignored}
 
@@ -106,7 +119,8 @@ def warn_if_pooled(runs: Sequence[Run], label: str, group_by: Sequence[str] = ()
     value of its own, one its intervention does not read as none) and the --group_by that
     separates them."""
     configs = [r.config for r in runs if r.config]
-    settings = [result_settings(c) for c in configs]
+    until = shared_length(configs)
+    settings = [result_settings(c, until) for c in configs]
     keys = sorted({k for s in settings for k in s}, key=_order)
     found: dict[str, set[str]] = {k: set() for k in keys}
     for config, setting in zip(configs, settings, strict=True):

@@ -328,4 +328,23 @@ def load_runs(root: Path, npy_eval_every: int = 25_000,
         runs = read_jaxrl_tree(root)
     if not runs:
         raise AggregationError(f"no runs with evaluations under {root} ({layout} layout)")
+    _warn_other_layouts(root, layout)
     return layout, runs
+
+
+def _warn_other_layouts(root: Path, layout: str) -> None:
+    """Warn when `root` also holds runs of a layout other than the one read (<task>.npy files,
+    or <task>/<seed>.txt folders that are not run dirs of this project), which are left out."""
+    others = []
+    if layout != "npy" and any(root.glob("*.npy")):
+        others.append("<task>.npy files")
+    if layout != "jaxrl":
+        folders = [p.name for p in sorted(root.iterdir()) if p.is_dir() and any(p.glob("*.txt"))
+                   and not (p / "config.json").is_file()]
+        if folders:
+            others.append(f"<task>/<seed>.txt folders ({', '.join(folders[:4])}"
+                          f"{', ...' if len(folders) > 4 else ''})")
+    if others:
+        warnings.warn(f"{root}: read as the {layout} layout; it also holds {' and '.join(others)},"
+                      " left out: pass them as a --runs entry of their own",
+                      AggregationWarning, stacklevel=3)

@@ -138,6 +138,30 @@ def test_pooling_runs_that_differ_in_any_setting_that_changes_results_warns(tmp_
         "intervention_steps"]) == []  # max_steps differs too: it changes no shared step
 
 
+def test_reset_steps_past_the_shortest_run_do_not_count_when_pooling(tmp_path):
+    """BRO records its reset steps cut to the run's length: runs of one schedule that differ
+    in length pool silently (and a seed run twice counts as a repeat); a schedule that differs
+    below the shortest run's end still warns."""
+    bro = dict(agent="bro", intervention="reset", utd=10, intervention_every=None)
+    write_project_run(tmp_path / "a", "cheetah-run", "short", {0: curve(0)}, **bro,
+                      max_steps=1_000_000, intervention_steps=[15_001, 50_001, 750_001])
+    write_project_run(tmp_path / "a", "walker-run", "long", {0: curve(1)}, **bro,
+                      max_steps=2_000_000,
+                      intervention_steps=[15_001, 50_001, 750_001, 1_000_001, 1_500_001])
+    assert pooling_warnings([str(tmp_path / "a")]) == []
+    with pytest.warns(AggregationWarning, match="seed 0 on walker-run in "):
+        write_project_run(tmp_path / "a", "walker-run", "again", {0: curve(1)}, **bro,
+                          max_steps=1_000_000, intervention_steps=[15_001, 50_001, 750_001])
+        load_datasets([str(tmp_path / "a")])
+    write_project_run(tmp_path / "b", "cheetah-run", "short", {0: curve(0)}, **bro,
+                      max_steps=1_000_000, intervention_steps=[15_001, 750_001])
+    write_project_run(tmp_path / "b", "walker-run", "long", {0: curve(1)}, **bro,
+                      max_steps=2_000_000, intervention_steps=[15_001, 50_001, 1_500_001])
+    assert pooling_warnings([str(tmp_path / "b")]) == [
+        "b: runs differ in intervention_steps ([15001, 50001], [15001, 750001]) but are pooled "
+        "into one algorithm; use --group_by=intervention_steps to separate them"]
+
+
 def test_settings_that_cannot_change_results_do_not_warn(tmp_path):
     """Seeds, names, paths, resume/progress/checkpoint/log settings, the diagnostics, library
     versions, and the settings of an intervention not made."""
@@ -200,6 +224,34 @@ def test_jaxrl_tree_reads_one_run_per_seed_file_and_warns_on_missing_seeds(tmp_p
     assert sorted({r.task for r in runs}) == ["cheetah-run", "finger-turn_hard"]
     assert len(runs) == 5
     np.testing.assert_array_equal(runs[0].returns, [1.5, 2.5])
+
+
+def layout_warnings(root):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layout, _ = load_runs(root)
+    return layout, [str(w.message) for w in caught if "it also holds" in str(w.message)]
+
+
+def test_runs_of_a_second_layout_in_one_entry_are_named_not_dropped_silently(tmp_path):
+    write_project_run(tmp_path / "a", "cheetah-run", "r", {0: curve(0)})
+    assert layout_warnings(tmp_path / "a") == ("project", [])
+    assert layout_warnings(tmp_path / "a" / "sac" / "cheetah-run") == ("project", [])
+    write_jaxrl_tree(tmp_path / "a", ["walker-run"], [0])
+    np.save(tmp_path / "a" / "dog-run.npy", np.ones((2, 3)))
+    assert layout_warnings(tmp_path / "a") == ("project", [
+        f"{tmp_path / 'a'}: read as the project layout; it also holds <task>.npy files and "
+        "<task>/<seed>.txt folders (walker-run), left out: pass them as a --runs entry of "
+        "their own"])
+    write_jaxrl_tree(tmp_path / "b", ["walker-run"], [0])
+    assert layout_warnings(tmp_path / "b") == ("jaxrl", [])
+    np.save(tmp_path / "b" / "dog-run.npy", np.ones((2, 3)))
+    (tmp_path / "c").mkdir()
+    np.save(tmp_path / "c" / "dog-run.npy", np.ones((2, 3)))
+    write_jaxrl_tree(tmp_path / "c", ["walker-run"], [0])
+    assert [layout_warnings(tmp_path / d)[1] for d in "bc"] == [[
+        f"{tmp_path / d}: read as the npy layout; it also holds <task>/<seed>.txt folders "
+        "(walker-run), left out: pass them as a --runs entry of their own"] for d in "bc"]
 
 
 def test_malformed_txt_row_names_file_and_line(tmp_path):
