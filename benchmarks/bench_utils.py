@@ -15,6 +15,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
 import launch  # noqa: F401 (sets the XLA:CPU options of launch.xla_flags before JAX starts)
 from agents import make_agent
@@ -255,6 +256,7 @@ def sac_trainer(logdir: str, env: str, utd: int, **settings) -> Trainer:
     """A SAC `Trainer` of 1 seed for timing the loop: 300 random steps, a 100,000-transition
     buffer, no progress bar; `settings` are further TrainConfig fields."""
     settings = {"start_steps": 300, "buffer_capacity": 100_000, "progress": False, **settings}
+    logging.set_verbosity(logging.WARNING)  # orbax's INFO lines, as the run scripts keep off
     return Trainer(make_agent("sac"), TrainConfig(agent="sac", env=env, utd=utd, logdir=logdir,
                                                   **settings))
 
