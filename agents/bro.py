@@ -24,7 +24,7 @@ from flax.training.train_state import TrainState
 from agents.common import (
     Batch,
     Temperature,
-    check_finite_numbers,
+    check_ranges,
     polyak,
     sow_features,
     train_state,
@@ -77,11 +77,12 @@ class BROConfig:
     batch_size: int = 128
 
     def __post_init__(self):
-        check_finite_numbers(self)
-        for name in ("critic_width", "actor_width", "optimistic_width", "num_quantiles",
-                     "init_scale"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        """A setting that cannot train is a ValueError naming it, as SACConfig's are."""
+        check_ranges(self, positive=("critic_width", "actor_width", "optimistic_width",
+                                     "num_quantiles", "init_scale", "batch_size", "kappa",
+                                     "std_multiplier", "actor_lr", "optimistic_lr", "critic_lr",
+                                     "temp_lr", "scalar_lr", "init_temperature"),
+                     unit_b1=("temp_b1", "scalar_b1"), non_negative=("weight_decay", "target_kl"))
         for name in ("critic_depth", "actor_depth", "optimistic_depth"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

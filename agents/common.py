@@ -22,6 +22,30 @@ def check_finite_numbers(config) -> None:
             raise ValueError(f"{field.name} must be a finite number, got {value}")
 
 
+def check_ranges(config, positive: tuple[str, ...], unit_b1: tuple[str, ...] = (),
+                 non_negative: tuple[str, ...] = ()) -> None:
+    """ValueError naming the first setting of an agent's config outside its range: the
+    `positive` ones, Adam's `unit_b1` decay rates in [0, 1), the `non_negative` ones, and every
+    agent's discount in [0, 1], Polyak tau in (0, 1] and log_std_min below log_std_max."""
+    check_finite_numbers(config)
+    for name in positive:
+        if getattr(config, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+    for name in non_negative:
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
+    for name in unit_b1:
+        if not 0.0 <= getattr(config, name) < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {getattr(config, name)}")
+    if not 0.0 <= config.discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {config.discount}")
+    if not 0.0 < config.tau <= 1.0:
+        raise ValueError(f"tau must be in (0, 1], got {config.tau}")
+    if not config.log_std_min < config.log_std_max:
+        raise ValueError(f"log_std_min must be below log_std_max, got {config.log_std_min} "
+                         f"and {config.log_std_max}")
+
+
 class Batch(NamedTuple):
     """Transitions; every field has the same leading axes, e.g. `(batch,)` or `(utd, batch)`."""
 

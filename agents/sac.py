@@ -19,7 +19,7 @@ from flax.training.train_state import TrainState
 from agents.common import (
     Batch,
     Temperature,
-    check_finite_numbers,
+    check_ranges,
     polyak,
     sow_features,
     train_state,
@@ -49,20 +49,10 @@ class SACConfig:
     def __post_init__(self):
         """A setting that cannot train is a ValueError naming it (the run scripts turn it into
         one error line before anything is built)."""
-        check_finite_numbers(self)
         if not self.hidden_dims or any(w <= 0 for w in self.hidden_dims):
             raise ValueError(f"hidden_dims must be positive widths, got {self.hidden_dims}")
-        for name in ("num_critics", "batch_size", "actor_lr", "critic_lr", "temp_lr",
-                     "init_temperature", "init_scale"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
-        if not self.log_std_min < self.log_std_max:
-            raise ValueError(f"log_std_min must be below log_std_max, got {self.log_std_min} "
-                             f"and {self.log_std_max}")
+        check_ranges(self, positive=("num_critics", "batch_size", "actor_lr", "critic_lr",
+                                     "temp_lr", "init_temperature", "init_scale"))
 
 
 @flax.struct.dataclass

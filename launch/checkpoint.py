@@ -197,7 +197,7 @@ class Checkpointer:
                 )
                 self.manager.wait_until_finished()
             except ValueError as e:  # tensorstore's I/O failures (a full disk) are ValueErrors
-                if not any(code in str(e) for code in IO_FAILURES):
+                if not ("os_error_code=" in str(e) or any(code in str(e) for code in IO_FAILURES)):
                     raise
                 first = next((line for line in str(e).splitlines() if line.strip()), "")
                 raise OSError(f"writing the checkpoint at env step {env_step} in "

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 from absl import flags
 
+from replay.buffer import MAX_CAPACITY
+
 INTERVENTIONS = ("none", "reset", "clip")
 CLIP_METHODS = ("svd", "newton_schulz")
 CLIP_SIDES = ("both", "upper", "lower")
@@ -112,6 +114,9 @@ def validate(cfg: TrainConfig) -> None:
                  "buffer_capacity", "eval_every", "eval_episodes", "log_every",
                  "intervention_every", "checkpoint_every", "clip_ns_steps"):
         _positive(name, getattr(cfg, name))
+    if cfg.buffer_capacity > MAX_CAPACITY:
+        raise ConfigError(f"--buffer_capacity must be at most 2**31 ({MAX_CAPACITY:,}) "
+                          f"transitions per seed, got {cfg.buffer_capacity:,}")
     if cfg.seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {cfg.seed}")
     if cfg.eval_seed_offset < 0:

@@ -125,27 +125,39 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         _fail(f"cannot resume: {e}", 1)
     except UnevenEpisodes as e:
         _fail(str(e), 1)
+    except MemoryError as e:  # numpy's names the allocation; the buffer is the large one
+        kept = ("the checkpoints written so far are kept" if checkpoint_dirs(cfg.run_dir)[0]
+                else "no checkpoint was written")
+        _fail(f"out of memory ({str(e) or 'MemoryError'}); the replay buffer holds "
+              f"--buffer_capacity={cfg.buffer_capacity:,} transitions for each of "
+              f"--num_seeds={cfg.num_seeds} seed(s): lower them or free memory; {kept}", 1)
     except OSError as e:  # a full disk, a lost mount: the checkpoints written so far stand
         # orbax's abandoned write tasks would log their errors at exit, below this one's line
         std_logging.getLogger("asyncio").setLevel(std_logging.CRITICAL)
         if not os.path.isdir(cfg.run_dir):  # a lost mount: what it holds cannot be seen
-            again = (f"the same command resumes {cfg.run_dir} from its last complete "
+            again = (f"{_same_command(cfg)} resumes {cfg.run_dir} from its last complete "
                      "checkpoint, if one was written,")
         elif checkpoint_dirs(cfg.run_dir)[0]:
-            again = f"the same command resumes {cfg.run_dir} from its last complete checkpoint"
+            again = (f"{_same_command(cfg)} resumes {cfg.run_dir} from its last complete "
+                     "checkpoint")
         else:
-            again = (f"no checkpoint of {cfg.run_dir} was complete, so the same command starts "
-                     "it over")
+            again = (f"no checkpoint of {cfg.run_dir} was complete, so {_same_command(cfg)} "
+                     "starts it over")
         _fail(f"{e}; {again} once that is fixed", 1)
     except KeyboardInterrupt:
         if checkpoint_dirs(cfg.run_dir)[0]:
-            _interrupted(f"interrupted; the same command resumes {cfg.run_dir} from its last "
+            _interrupted(f"interrupted; {_same_command(cfg)} resumes {cfg.run_dir} from its last "
                          f"checkpoint (every {cfg.checkpoint_every:,} env steps, at an episode "
                          "end)")
-        again = ("the same command with --resume=auto starts it over" if cfg.resume == "never"
-                 else "the same command starts it over")
         _interrupted(f"interrupted before the first checkpoint (every {cfg.checkpoint_every:,} "
-                     f"env steps, at an episode end) of {cfg.run_dir}; {again}")
+                     f"env steps, at an episode end) of {cfg.run_dir}; {_same_command(cfg)} "
+                     "starts it over")
+
+
+def _same_command(cfg: TrainConfig) -> str:
+    """How to relaunch a run that holds checkpoints: --resume=never refuses that."""
+    return ("the same command with --resume=auto" if cfg.resume == "never"
+            else "the same command")
 
 
 def _dry_run(cfg: TrainConfig, agent_config, warn_schedule) -> None:
@@ -180,10 +192,24 @@ def _lock(run_dir: str):
                           "choose a writable --logdir") from None
 
 
+PATH_MAX = 4096  # Linux's limit on a path's length, in bytes
+CHECKPOINT_PATH_ROOM = 256  # below the run directory: checkpoints/<step>.orbax-...-tmp/... files
+
+
 def check_writable(run_dir: str, create: bool = True) -> None:
     """Raise ConfigError unless the run directory can be created and written. Without `create`
     it is judged without writing anything: the nearest folder that exists must be a writable
     directory, and the names below it to create must fit."""
+    path = os.path.abspath(run_dir)
+    if "[" in path or "]" in path:  # orbax finds a checkpoint's files with a glob below it
+        raise ConfigError(f"the run directory {path} has '[' or ']' in its path; checkpoints "
+                          "written below such a path cannot be restored (orbax reads the "
+                          "brackets as a glob pattern): choose a --logdir and --run_name "
+                          "without them")
+    if len(os.fsencode(path)) > PATH_MAX - CHECKPOINT_PATH_ROOM:
+        raise ConfigError(f"the run directory's path is {len(os.fsencode(path))} bytes long; its "
+                          f"checkpoints' files need up to {CHECKPOINT_PATH_ROOM} more, within "
+                          f"the system's limit of {PATH_MAX}: choose a shorter --logdir")
     try:
         if create:
             os.makedirs(run_dir, exist_ok=True)

@@ -48,6 +48,9 @@ def _rng_from_array(words: np.ndarray) -> np.random.Generator:
     return np.random.Generator(bit_generator)
 
 
+MAX_CAPACITY = 2**31  # transitions per seed: final ordinals are uint32
+
+
 class ReplayBuffer:
     """`num_seeds` rings of `capacity` transitions in host memory, written in lockstep.
 
@@ -74,7 +77,7 @@ class ReplayBuffer:
         for name, value in {**sizes, "episode_length_hint": episode_length_hint}.items():
             if not isinstance(value, int | np.integer) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-        if capacity > 2**31:
+        if capacity > MAX_CAPACITY:
             raise ValueError(f"capacity must be <= 2**31 (uint32 final ordinals); got {capacity}")
         self.num_seeds, self.capacity = int(num_seeds), int(capacity)
         self.obs_dim, self.act_dim = int(obs_dim), int(act_dim)

@@ -72,6 +72,11 @@ CASES = {
                                            "--diagnostics_batch_size must be from 1 to "
                                            "--buffer_capacity=500"),
     "negative eval seed offset": (["--eval_seed_offset=-1"], "--eval_seed_offset must be >= 0"),
+    "buffer past the uint32 ordinals": (["--buffer_capacity=3000000000"], "--buffer_capacity "
+                                        "must be at most 2**31 (2,147,483,648) transitions per "
+                                        "seed, got 3,000,000,000"),
+    "brackets in the run directory": (["--run_name=clip[c4]"], "has '[' or ']' in its path; "
+                                      "checkpoints written below such a path cannot be restored"),
     "zero init scale": (["--init_scale=0"], "--init_scale must be positive, got 0.0"),
     "clip parts without clip": (["--intervention=reset", "--clip_parts=actor.params"],
                                 "--clip_parts=actor.params contradicts --intervention=reset"),
@@ -146,6 +151,34 @@ def test_unwritable_logdir(tmp_path):
     assert len(lines) == 1 and "cannot write to the run directory" in lines[0]
 
 
+def test_a_run_directory_too_long_for_its_checkpoints_is_refused_before_training(tmp_path):
+    from launch.runner import CHECKPOINT_PATH_ROOM, PATH_MAX, check_writable
+
+    logdir = str(tmp_path / "/".join(["d" * 200] * 20))[:PATH_MAX - CHECKPOINT_PATH_ROOM + 10]
+    for create in (False, True):
+        with pytest.raises(ConfigError, match=r"the run directory's path is \d+ bytes long; "
+                                              r"its checkpoints' files need up to 256 more"):
+            check_writable(logdir, create=create)
+    assert os.listdir(tmp_path) == []
+
+
+def test_running_out_of_memory_is_one_line_naming_the_buffer(tmp_path):
+    """numpy's MemoryError building the buffer (a --buffer_capacity too large for the RAM)."""
+    code = ("import runpy, sys, replay.buffer as b\n"
+            "def full(*a, **k): raise MemoryError('Unable to allocate 37.3 GiB')\n"
+            "b.ReplayBuffer.__init__ = full\n"
+            "sys.argv = sys.argv[1:]\n"
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code, script("run_sac.py"), *FAST_SAC,
+                           f"--logdir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: out of memory (Unable to allocate 37.3 GiB); the replay buffer holds "
+        "--buffer_capacity=1,000,000 transitions for each of --num_seeds=1 seed(s): lower them "
+        "or free memory; no checkpoint was written")
+
+
 def test_a_run_directory_whose_lock_cannot_be_opened_is_unwritable(tmp_path):
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
     (run_dir / ".lock").mkdir(parents=True)  # as a read-only directory would refuse it
@@ -213,7 +246,8 @@ BRO_CASES = [(["--utd=ten"], "flag --utd=ten"),
              (["--env=dog-rn"], "did you mean 'dog-run'?"),
              (["--critic_width=0"], "--critic_width must be positive"),
              (["--init_temperature=nan"], "--init_temperature must be a finite number"),
-             (["--scalar_log_max=1000"], "--scalar_log_min and scalar_log_max must satisfy")]
+             (["--scalar_log_max=1000"], "--scalar_log_min and scalar_log_max must satisfy"),
+             (["--kappa=0"], "--kappa must be positive, got 0.0")]
 
 
 @pytest.mark.parametrize("args, expected", BRO_CASES)

@@ -299,6 +299,18 @@ def test_default_config_matches_spec():
 def test_config_rejects_what_cannot_work():
     with pytest.raises(ValueError, match="critic_depth must be >= 0"):
         bro.BROConfig(critic_depth=-1)
+    for bad, message in [(dict(kappa=0.0), "kappa must be positive"),
+                         (dict(init_temperature=-1.0), "init_temperature must be positive"),
+                         (dict(std_multiplier=0.0), "std_multiplier must be positive"),
+                         (dict(critic_lr=-1.0), "critic_lr must be positive"),
+                         (dict(tau=2.0), r"tau must be in \(0, 1\]"),
+                         (dict(discount=-1.0), r"discount must be in \[0, 1\]"),
+                         (dict(temp_b1=1.0), r"temp_b1 must be in \[0, 1\)"),
+                         (dict(weight_decay=-1e-4), "weight_decay must be >= 0"),
+                         (dict(target_kl=-0.05), "target_kl must be >= 0"),
+                         (dict(log_std_min=5.0), "log_std_min must be below log_std_max")]:
+        with pytest.raises(ValueError, match=message):
+            bro.BROConfig(**bad)
     with pytest.raises(ValueError, match="init_kl_weight must lie strictly inside"):
         bro.BROConfig(init_kl_weight=0.0)
 

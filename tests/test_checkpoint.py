@@ -164,6 +164,12 @@ def test_a_full_disk_while_saving_is_an_os_error_and_a_bug_is_not(saved, monkeyp
                                       r"\(RESOURCE_EXHAUSTED: Error writing local file"):
         saved.save(4, device_tree(4.0), host_arrays(4), {"env_step": 4})
 
+    too_long = ValueError('Error opening "zarr" driver: Error writing "x": '
+                          "[os_error_code='36'] File name too long")
+    monkeypatch.setattr(saved.manager, "save", raising(too_long))
+    with pytest.raises(OSError, match=r"writing the checkpoint .* failed .*File name too long"):
+        saved.save(4, device_tree(4.0), host_arrays(4), {"env_step": 4})
+
     monkeypatch.setattr(saved.manager, "save", raising(ValueError("a tree that does not fit")))
     with pytest.raises(ValueError, match="a tree that does not fit"):
         saved.save(4, device_tree(4.0), host_arrays(4), {"env_step": 4})
