@@ -77,10 +77,26 @@ def main(
     # below the error line that says what happened (see the OSError case below).
     warnings.filterwarnings("ignore", message="coroutine .* was never awaited",
                             category=RuntimeWarning)
+    sys.unraisablehook = _without_closed_loop_callbacks(sys.unraisablehook)
     try:
         _main(argv, agent_name, agent_config, adjust, warn_schedule)
     except KeyboardInterrupt:  # during the checks and the agent's construction
         _interrupted("interrupted before training started")
+
+
+def _without_closed_loop_callbacks(hook: Callable) -> Callable:
+    """`hook` (sys.unraisablehook), less the "Event loop is closed" RuntimeErrors of
+    tensorstore's callbacks into the event loop of an orbax restore that failed and was closed
+    (a damaged checkpoint, set aside with its one warning line): dozens of tracebacks, after
+    the fact, that say nothing about the run."""
+
+    def quiet(unraisable) -> None:
+        if unraisable.exc_type is RuntimeError and str(unraisable.exc_value) == \
+                "Event loop is closed":
+            return
+        hook(unraisable)
+
+    return quiet
 
 
 def _main(argv: list[str], agent_name: str, agent_config: Callable,
