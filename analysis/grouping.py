@@ -46,19 +46,18 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]
 
 # config.json settings that cannot change how a run's evaluation returns are distributed, so
 # runs that differ in them may be pooled: the seeds and how they are split into processes (the
-# seeds of one process are vmapped and independent; the replay and random-action generators
-# are seeded from a process's first seed, so a seed's numbers depend on its process, not their
+# seeds of one process are vmapped and independent; the replay and random-action generators are
+# seeded from a process's first seed, so a seed's numbers depend on its process, not their
 # distribution), the task (an algorithm spans tasks), the run's length (at the steps two runs
 # share, a longer one has computed the same: interventions come after their step's evaluation,
 # and a shorter run only leaves out those at or past its end, so intervention_steps are compared
-# below the shortest run's max_steps: BRO records its resets cut to the run's length), where
-# and under which name the
-# run is written, how it resumes, shows progress and checkpoints (a resumed run continues
-# exactly), what it logs besides evaluations (train.csv every log_every steps; diagnostics.csv,
-# whose replay batch has its own generator, with its dormant_taus, srank_threshold and
-# diagnostics_batch_size), and the library versions. eval_every, eval_episodes and
-# eval_seed_offset do count: they set which steps are evaluated (the steps curves share, the
-# evaluation a run is scored by) and what one evaluation averages over.
+# below the shortest run's max_steps: BRO records its resets cut to the run's length), where and
+# under which name the run is written, how it resumes, shows progress and checkpoints (a resumed
+# run continues exactly), what it logs besides evaluations (train.csv every log_every steps;
+# diagnostics.csv, whose replay batch has its own generator, with its dormant_taus,
+# srank_threshold and diagnostics_batch_size), and the library versions. eval_every,
+# eval_episodes and eval_seed_offset do count: they set which steps are evaluated (the steps
+# curves share, the evaluation a run is scored by) and what one evaluation averages over.
 IGNORED_SETTINGS = ("seed", "num_seeds", "env", "max_steps", "logdir", "run_name", "resume",
                     "progress", "checkpoint_every", "log_every", "diagnostics", "dormant_taus",
                     "srank_threshold", "diagnostics_batch_size", "versions", "earlier_versions")
