@@ -12,8 +12,9 @@ import pytest
 import scipy.stats
 from test_analysis_layouts import write_project_run
 
+from tests.runs import REFERENCE, needs_reference
+
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT.parent / "shared" / "reference"
 SAC_UTD1 = (REFERENCE / "rl_with_resets_sac"
             / "max_steps_2000000_resets_False_config.updates_per_step_1")
 STEPS = range(10_000, 110_000, 10_000)
@@ -103,6 +104,7 @@ def test_same_seed_same_intervals(grouped, logdir, tmp_path):
         out / "sample_efficiency.csv").read_text()
 
 
+@needs_reference
 def test_reference_sac_reproduces_501_and_missing_seeds_warn(tmp_path):
     result = aggregate(f"--runs={SAC_UTD1}", "--labels=SAC", "--reps=1000",
                        "--curve_reps=50", "--curve_points=20", f"--out={tmp_path}",
@@ -135,6 +137,7 @@ def test_warnings_are_printed_and_kept_in_the_outputs(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+@needs_reference
 def test_ragged_runs_per_task_give_mean_plus_gap_equal_to_max_return(tmp_path):
     """At 2M steps 7 runs of the reference SAC (UTD 32, resets) end early: 6-10 runs per task,
     no return above 1000, so Mean + Optimality gap = 1000 (tasks weigh alike in both)."""

@@ -1,7 +1,5 @@
 """The published reference data: reproduce the authors' IQM and handle its irregularities."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import scipy.stats
@@ -10,8 +8,9 @@ from analysis.datasets import load_datasets
 from analysis.errors import AggregationWarning
 from analysis.layouts import load_runs
 from analysis.summary import Settings, summarize
+from tests.runs import REFERENCE, needs_reference
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+pytestmark = needs_reference
 SAC = REFERENCE / "rl_with_resets_sac"
 SAC_UTD1 = SAC / "max_steps_2000000_resets_False_config.updates_per_step_1"
 SAC_UTD32_RESETS = (SAC / "max_steps_2000000_resets_True_config"
