@@ -115,8 +115,19 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
             return
         # Held until the process ends: a second launch of this run is refused, before it reads
         # or writes anything there, rather than racing this one over checkpoints and logs.
-        lock = _lock(cfg.run_dir) if os.path.exists(os.path.join(cfg.run_dir, ".lock")) else None
-        state = resume_state(cfg, config_record(cfg, agent.config))  # refusals create nothing
+        record = config_record(cfg, agent.config)
+        try:
+            lock = (_lock(cfg.run_dir) if os.path.exists(os.path.join(cfg.run_dir, ".lock"))
+                    else None)
+        except ConfigError:  # read-only: a finished run (archived) needs no lock to say so
+            if resume_state(cfg, record) != "done":
+                raise
+            lock, state = None, "done"
+        else:
+            state = resume_state(cfg, record)  # refusals create nothing
+        if state == "done":
+            print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
+            return
         check_writable(cfg.run_dir)
         lock = lock or _lock(cfg.run_dir)  # noqa: F841 - released when the process ends
     except (ConfigError, UnknownEnvError) as e:
@@ -125,9 +136,6 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         _fail(f"cannot resume: {e}", 2)
     except RunDirInUse as e:  # a sweep takes this exit code for "try again later"
         _fail(str(e), EXIT_IN_USE)
-    if state == "done":
-        print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
-        return
     _warn(cfg, warn_schedule)
     try:  # a Ctrl-C from the banner on is answered with what the run directory holds
         print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
@@ -183,7 +191,8 @@ def _dry_run(cfg: TrainConfig, agent_config, warn_schedule) -> None:
     nothing. Each failure exits as the run would."""
     check_not_in_use(cfg.run_dir)
     state = resume_state(cfg, config_record(cfg, agent_config))
-    check_writable(cfg.run_dir, create=False)
+    if state != "done":  # a finished run is read only (it may be archived read-only)
+        check_writable(cfg.run_dir, create=False)
     _warn(cfg, warn_schedule)
     outcome = {"fresh": "would be trained", "resume": "would resume from its last checkpoint",
                "done": "has finished: nothing to do"}[state]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import stat
 import time
 
@@ -135,6 +136,19 @@ def test_rerun_of_a_finished_run_does_nothing(finished_run):
         proc = run("run_sac.py", *run_args(intervention, utd), f"--logdir={spelling}")
         assert "already finished" in proc.stderr, proc.stderr
     assert (run_dir / "eval.csv").read_text() == before
+
+
+def test_a_finished_run_on_read_only_storage_is_still_finished(finished_run, tmp_path):
+    """Archived read-only, its .lock cannot be opened for writing (here a directory in its
+    place, as root writes anywhere): the run is finished, not an unwritable directory."""
+    run_dir, intervention, utd = finished_run
+    copy = tmp_path / run_dir.relative_to(run_dir.parents[2])
+    shutil.copytree(run_dir, copy)
+    os.remove(copy / ".lock")
+    (copy / ".lock").mkdir()
+    for dry_run in ([], ["--dry_run"]):
+        proc = run("run_sac.py", *run_args(intervention, utd), f"--logdir={tmp_path}", *dry_run)
+        assert "already finished" in proc.stderr or "has finished" in proc.stdout, proc.stderr
 
 
 def test_help_lists_flags_with_defaults():
