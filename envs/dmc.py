@@ -21,6 +21,11 @@ def flatten_observation(observation: Mapping[str, np.ndarray], keys: tuple[str, 
     )
 
 
+# dm_control marks an unbounded action (lqr's) with bounds of +-1e10: the agent's [-1, 1] is
+# applied as it is there, where a linear map onto the bounds would ask for forces of 1e10.
+UNBOUNDED_ACTION = 1e10
+
+
 def rescale_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """Map (act_dim,) actions from [-1, 1] linearly onto [low, high], then clip to the bounds."""
     scaled = low + (np.asarray(action, dtype=np.float64) + 1.0) * 0.5 * (high - low)
@@ -49,7 +54,9 @@ class DMCEnv:
     """A dm_env environment seen by the agent: flat float32 observations, actions in [-1, 1].
 
     Observation order: the task's own observation keys in its spec's order (`obs_keys`, sizes in
-    `obs_sizes`), e.g. cartpole: position (3), velocity (2). A time-limit end (discount 1) is a
+    `obs_sizes`), e.g. cartpole: position (3), velocity (2). Actions in [-1, 1] map linearly onto
+    the spec's bounds, except on unbounded dimensions (UNBOUNDED_ACTION), which take them as
+    they are. A time-limit end (discount 1) is a
     truncation; an end with discount 0 is a termination. No auto-reset: call reset() after either.
     """
 
@@ -69,6 +76,7 @@ class DMCEnv:
             raise ValueError(f"{name}: action spec needs finite bounds, got {spec}")
         if np.any(self.low > self.high):
             raise ValueError(f"{name}: action spec has minimum > maximum: {spec}")
+        self.unbounded = (self.low <= -UNBOUNDED_ACTION) & (self.high >= UNBOUNDED_ACTION)
         obs_spec = env.observation_spec()
         self.obs_keys = tuple(obs_spec)
         self.obs_sizes = tuple(int(np.prod(obs_spec[k].shape)) for k in self.obs_keys)
@@ -95,7 +103,8 @@ class DMCEnv:
         if not np.all(np.isfinite(action)):
             raise ValueError(f"{self.name}: action has non-finite entries {action}; "
                              "finite values are accepted (clipped to [-1, 1])")
-        scaled = rescale_action(action, self.low, self.high)
+        scaled = np.where(self.unbounded, np.clip(action, -1.0, 1.0),
+                          rescale_action(action, self.low, self.high))
         reward = 0.0
         for _ in range(self.action_repeat):
             timestep = self.env.step(scaled)

@@ -215,6 +215,22 @@ def test_action_rescaling_onto_a_non_unit_spec(action):
     np.testing.assert_allclose(rescale_action(np.array(action), low, high), expected, atol=1e-12)
 
 
+def test_unbounded_action_dimensions_take_the_agents_action_as_it_is():
+    """dm_control's lqr marks its actions unbounded with +-1e10: a linear map would turn the
+    agent's [-1, 1] into forces of 1e10 (observations of 1e5 after one step)."""
+    fake = FakeEnv([-1e10, -2.0], [1e10, 2.0])
+    env = DMCEnv(fake, "fake")
+    env.reset()
+    env.step(np.array([0.5, 0.5]))
+    env.step(np.array([-3.0, 3.0]))  # clipped to [-1, 1] first, as every action is
+    np.testing.assert_allclose(fake.actions, [[0.5, 1.0], [-1.0, 2.0]])
+    lqr = make_env("lqr-lqr_2_1", seed=0)
+    lqr.reset()
+    for _ in range(10):
+        obs, rewards, _, _ = lqr.step(np.ones(lqr.act_dim))
+    assert np.abs(obs).max() < 100 and abs(rewards) < 10
+
+
 def test_action_and_argument_validation():
     env = make_env("cheetah-run", seed=0)
     with pytest.raises(RuntimeError, match="reset"):
