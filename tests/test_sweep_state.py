@@ -222,11 +222,20 @@ def test_a_started_run_with_other_settings_is_refused_before_its_job_is_launched
             "holds a started run with other settings (clip_c: 2.0 there, '3' now)")):
         check_run_dirs([spec], statuses, str(tmp_path), [spec.key])
     check_run_dirs([spec], statuses, str(tmp_path), [])  # a job left alone is not checked
-    # Extra flags are compared with what config.json records only: the run script does the
-    # rest when it resumes, and accepts a default given or left out.
     config.write_text(json.dumps({**json.loads(config.read_text()), "clip_c": 3.0}))
-    relaunch = dataclasses.replace(spec, extra=("--logtostderr",))
+    relaunch = dataclasses.replace(spec, extra=("--clip_c=3.0", "--noprogress"))
     check_run_dirs([relaunch], statuses, str(tmp_path), [spec.key])
+    # A flag dropped since: its run script would refuse this job, but the grid's jobs that had
+    # not started would train at the default (a group of seeds with mixed settings).
+    dropped = dataclasses.replace(spec, extra=("--noprogress",))
+    with pytest.raises(SweepError, match=re.escape("(--clip_c=3 there, not given now)")):
+        check_run_dirs([dropped], statuses, str(tmp_path), [spec.key])
+    launched_short = Status("interrupted", "", {"spec": {"extra": ["--clip_c=3"],
+                                                         "train_flags": [["max_steps", 400]]}})
+    with pytest.raises(SweepError, match=re.escape("(--max_steps=400 there, not given now)")):
+        check_run_dirs([spec], {spec.key: launched_short}, str(tmp_path), [spec.key])
+    check_run_dirs([dataclasses.replace(spec, train_flags=(("max_steps", 400),))],
+                   {spec.key: launched_short}, str(tmp_path), [spec.key])
     config.write_text("{")
     with pytest.raises(SweepError, match=r"config.json cannot be read \(.*\); repair it"):
         check_run_dirs([spec], statuses, str(tmp_path), [spec.key])

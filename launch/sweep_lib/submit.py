@@ -302,10 +302,10 @@ def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status], log
     """SweepError when the run directory of a finished job, or of a started one about to be
     launched again (its key in `launching`), holds a run with other settings than the job asks
     for. A finished run would count as done and leave the grid's run undone (it is never
-    started again); a started one would be refused by its run script, job by job. The settings
-    compared are those config.json records and, for a finished run, the extra flags the sweep
-    launched it with (so an extra flag dropped since is noticed too; a started run's script
-    compares everything it records when it resumes)."""
+    started again); a started one would be refused by its run script while the jobs of the
+    grid that had not started trained with the new settings. The settings compared are those
+    config.json records and the flags the sweep launched the job with, so a flag dropped since
+    (its setting back at the run script's default) is noticed too."""
     for spec in specs:
         status = statuses[spec.key]
         done = status.state == "done"
@@ -338,9 +338,12 @@ def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status], log
             there = recorded_setting(config, name)
             if there is not _MISSING and not same_setting(there, value):
                 differ.append(f"{name}: {there!r} there, {value!r} now")
-        launched = status.record.get("spec", {}).get("extra")
-        if done and launched is not None:
-            differ += _extra_differences(launched, spec.extra, config)
+        launched = status.record.get("spec", {})
+        if launched.get("extra") is not None:
+            differ += _extra_differences(launched["extra"], spec.extra, config)
+        given = dict(spec.train_flags)
+        differ += [f"--{name}={value} there, not given now"
+                   for name, value in launched.get("train_flags", []) if name not in given]
         if differ:
             run = "a finished run" if done else "a started run"
             raise SweepError(f"{spec.run_dir(logdir)} holds {run} with other settings "
