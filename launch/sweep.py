@@ -39,6 +39,7 @@ from launch.sweep_lib.submit import (
     ExecutorOptions,
     check_flags,
     check_run_dirs,
+    check_unfinished_launches,
     collect,
     launch,
     select,
@@ -109,6 +110,11 @@ def grid_jobs(trailing: list[str]) -> list[JobSpec]:
     return expand([make_grid(**settings)])
 
 
+# The flags that describe a grid's jobs (besides --envs, --preset and --grid).
+GRID_FLAGS = ("agent", "interventions", "utds", "seeds", "first_seed", "seeds_per_job", "extra",
+              *TRAIN_FLAGS)
+
+
 def recorded_jobs(paths: SweepPaths) -> list[JobSpec]:
     """The jobs this logdir's sweeps have recorded."""
     records = (read_json(paths.record(key)) for key in paths.recorded_keys())
@@ -130,6 +136,12 @@ def run(trailing: list[str]) -> int:
     paths = SweepPaths(os.path.abspath(FLAGS.logdir))
     given = FLAGS.grid or FLAGS.envs or FLAGS.preset
     if not given and (FLAGS.status or FLAGS.retry_failed):
+        unread = [f"--{name}" for name in GRID_FLAGS if FLAGS[name].present]
+        unread += ["flags after --"] if trailing else []
+        if unread:
+            raise SweepError(f"{', '.join(unread)} describe a grid, and without --envs, --preset "
+                             "or --grid the recorded jobs are read as they were launched: give "
+                             "the grid, or leave them out")
         specs = recorded_jobs(paths)
         if not specs:
             raise SweepError(f"no sweep recorded in {paths.root}; give the grid (--envs, "
@@ -145,6 +157,7 @@ def run(trailing: list[str]) -> int:
             print(status_line(key, status, paths))
         print(summary(statuses))
         return 0
+    check_unfinished_launches(specs, statuses)
     todo = select(specs, statuses, FLAGS.retry_failed)
     check_run_dirs(specs, statuses, paths.logdir, launching={s.key for s in todo})
     options = executor_options()

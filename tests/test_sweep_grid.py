@@ -181,6 +181,9 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
     (["--envs=cheetah-run", "--poll_s=-1"], "sweep: flag --poll_s=-1: "),
     (["--envs=cheetah-run", "--extra=--clip_c=2", "--", "--clip_c=3"],
      "sweep: --clip_c given more than once for the run scripts (--extra and the flags after"),
+    (["--status", "--utds=2", "--max_steps=400"], "sweep: --utds, --max_steps describe a grid, "
+     "and without --envs, --preset or --grid the recorded jobs are read as they were launched"),
+    (["--retry_failed", "--", "--hidden_dim=16"], "sweep: flags after -- describe a grid"),
 ])
 def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
@@ -189,6 +192,19 @@ def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / ".sweep").exists()
+
+
+def test_a_job_record_that_is_not_json_is_one_line_naming_it(tmp_path):
+    record = tmp_path / ".sweep" / "jobs" / "sac" / "cheetah-run" / "none-utd1-seed0.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("")  # emptied by hand, or cut short
+    for args in (["--status"], ["--envs=cheetah-run", "--no_wait"]):
+        proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
+                               f"--logdir={tmp_path}", *args], capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(
+            f"sweep: {record} cannot be read (Expecting value"), proc.stderr
+        assert proc.stderr.count("\n") == 1, proc.stderr
 
 
 def test_extra_flags_with_separate_values_are_not_taken_for_repeated_flags(tmp_path):

@@ -26,7 +26,13 @@ from launch.sweep_lib.state import (
     this_process,
     update_record,
 )
-from launch.sweep_lib.submit import _MISSING, check_run_dirs, recorded_setting, same_setting
+from launch.sweep_lib.submit import (
+    _MISSING,
+    check_run_dirs,
+    check_unfinished_launches,
+    recorded_setting,
+    same_setting,
+)
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +245,22 @@ def test_a_started_run_with_other_settings_is_refused_before_its_job_is_launched
     config.write_text("{")
     with pytest.raises(SweepError, match=r"config.json cannot be read \(.*\); repair it"):
         check_run_dirs([spec], statuses, str(tmp_path), [spec.key])
+
+
+def test_a_job_still_queued_or_running_with_other_flags_is_refused():
+    """It trains as launched then: a relaunch with other flags would count it for its grid."""
+    spec = JobSpec("sac", "cheetah-run", "clip", 1, 0, 1, train_flags=(("max_steps", 400),),
+                   extra=("--hidden_dim=32",))
+    for state in ("queued", "running", "done", "failed"):
+        check_unfinished_launches([spec], {spec.key: Status(state, "", {"spec": spec.to_dict()})})
+    other = dataclasses.replace(spec, extra=("--hidden_dim=16",))
+    check_unfinished_launches([other], {spec.key: Status("done", "", {"spec": spec.to_dict()})})
+    for state in ("queued", "running"):
+        with pytest.raises(SweepError, match=re.escape(
+                f"sac/cheetah-run/clip-utd1-seed0 is {state}, launched with other flags (extra: "
+                "('--hidden_dim=32',) then, ('--hidden_dim=16',) now); wait for it to end")):
+            check_unfinished_launches([other], {spec.key: Status(state, "",
+                                                                 {"spec": spec.to_dict()})})
 
 
 def test_each_kind_of_job_is_dry_run_once_with_its_highest_seeds(monkeypatch):

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from launch.run_files import write_json
+from launch.sweep_lib.grid import SweepError
 
 SWEEP_DIR = ".sweep"
 HEARTBEAT_S = 10.0
@@ -72,12 +73,15 @@ class SweepPaths:
 
 
 def read_json(path: str) -> dict[str, Any]:
-    """The JSON object in `path`, or {} if there is none."""
+    """The JSON object in `path`, or {} if there is none; SweepError naming the file when it
+    is not JSON (edited by hand, or cut short by a crash)."""
     try:
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
         return {}
+    except ValueError as e:
+        raise SweepError(f"{path} cannot be read ({e}); repair it or move it away") from None
 
 
 @contextlib.contextmanager

@@ -312,11 +312,7 @@ def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status], log
         if not done and spec.key not in launching:
             continue
         path = os.path.join(spec.run_dir(logdir), "config.json")
-        try:
-            config = read_json(path)
-        except ValueError as e:  # half-written or edited by hand
-            raise SweepError(f"{path} cannot be read ({e}); repair it or move that run "
-                             "directory away") from None
+        config = read_json(path)  # a SweepError naming it when half-written or edited by hand
         if not isinstance(config, dict):
             raise SweepError(f"{path} holds no JSON object; repair it or move that run "
                              "directory away")
@@ -349,6 +345,23 @@ def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status], log
             raise SweepError(f"{spec.run_dir(logdir)} holds {run} with other settings "
                              f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
                              "job out of the grid")
+
+
+def check_unfinished_launches(specs: Sequence[JobSpec],
+                              statuses: Mapping[str, Status]) -> None:
+    """SweepError when a job of the grid is queued or running from an earlier launch with
+    other flags: it trains as launched then, and the summary would count it for this grid."""
+    for spec in specs:
+        status = statuses[spec.key]
+        if status.state not in ("queued", "running") or "spec" not in status.record:
+            continue
+        then = JobSpec.from_dict(status.record["spec"]).to_dict()
+        now = spec.to_dict()
+        differ = [f"{k}: {then.get(k)} then, {v} now" for k, v in now.items() if then.get(k) != v]
+        if differ:
+            raise SweepError(f"{spec.key} is {status.state}, launched with other flags "
+                             f"({'; '.join(differ[:3])}); wait for it to end (--status), or use "
+                             "another --logdir")
 
 
 DRY_RUNS_AT_ONCE = 4
