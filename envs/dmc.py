@@ -56,8 +56,8 @@ class DMCEnv:
     Observation order: the task's own observation keys in its spec's order (`obs_keys`, sizes in
     `obs_sizes`), e.g. cartpole: position (3), velocity (2). Actions in [-1, 1] map linearly onto
     the spec's bounds, except on unbounded dimensions (UNBOUNDED_ACTION), which take them as
-    they are. A time-limit end (discount 1) is a
-    truncation; an end with discount 0 is a termination. No auto-reset: call reset() after either.
+    they are. A time-limit end (discount 1) is a truncation; an end with discount 0 is a
+    termination. No auto-reset: call reset() after either.
     """
 
     def __init__(self, env: dm_env.Environment, name: str, action_repeat: int = 1):
