@@ -114,6 +114,10 @@ def validate(cfg: TrainConfig) -> None:
                  "buffer_capacity", "eval_every", "eval_episodes", "log_every",
                  "intervention_every", "checkpoint_every", "clip_ns_steps"):
         _positive(name, getattr(cfg, name))
+    per_call = cfg.num_seeds * cfg.utd * cfg.batch_size
+    if per_call > MAX_CAPACITY:  # XLA indexes an array's dimensions with 32-bit integers
+        raise ConfigError(f"--num_seeds x --utd x --batch_size = {per_call:,} transitions in one "
+                          f"update call; at most 2**31 ({MAX_CAPACITY:,}) are accepted")
     if cfg.buffer_capacity > MAX_CAPACITY:
         raise ConfigError(f"--buffer_capacity must be at most 2**31 ({MAX_CAPACITY:,}) "
                           f"transitions per seed, got {cfg.buffer_capacity:,}")

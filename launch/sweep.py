@@ -110,6 +110,8 @@ def grid_jobs(trailing: list[str]) -> list[JobSpec]:
     return expand([make_grid(**settings)])
 
 
+JOBS_GO_ON: list[bool] = []  # set once this process launches jobs or follows running ones
+
 # The flags that describe a grid's jobs (besides --envs, --preset and --grid).
 GRID_FLAGS = ("agent", "interventions", "utds", "seeds", "first_seed", "seeds_per_job", "extra",
               *TRAIN_FLAGS)
@@ -172,6 +174,7 @@ def run(trailing: list[str]) -> int:
     if not FLAGS.retry_failed and any(s.state == "failed" for s in statuses.values()):
         print("failed jobs are left alone; --retry_failed runs them again")
     if todo:
+        JOBS_GO_ON.append(True)  # a Ctrl-C from here on leaves the launched jobs going
         launch_id = launch(todo, paths, options)
         print(f"launch {launch_id}: records and logs in {paths.root}")
     if FLAGS.no_wait:
@@ -180,6 +183,7 @@ def run(trailing: list[str]) -> int:
     launched = {s.key for s in todo}
     follow = [k for k, s in statuses.items() if k in launched or s.state in ("queued", "running")]
     if follow:
+        JOBS_GO_ON.append(True)
         statuses = {**statuses, **watch(paths, follow, FLAGS.poll_s)}
     print(summary(statuses))
     return 0 if all(s.state == "done" for s in statuses.values()) else 1
@@ -196,7 +200,8 @@ def main(argv: list[str]) -> None:
         print(f"sweep: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("\nstopped following; the jobs go on (see --status)", file=sys.stderr)
+        print("\nstopped following; the jobs go on (see --status)" if JOBS_GO_ON
+              else "\ninterrupted; nothing was launched", file=sys.stderr)
         sys.exit(130)
 
 

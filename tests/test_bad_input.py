@@ -75,6 +75,9 @@ CASES = {
     "buffer past the uint32 ordinals": (["--buffer_capacity=3000000000"], "--buffer_capacity "
                                         "must be at most 2**31 (2,147,483,648) transitions per "
                                         "seed, got 3,000,000,000"),
+    "update call past 2**31 transitions": (["--utd=100000000"], "--num_seeds x --utd x "
+                                           "--batch_size = 25,600,000,000 transitions in one "
+                                           "update call; at most 2**31"),
     "brackets in the run directory": (["--run_name=clip[c4]"], "has '[' or ']' in its path; "
                                       "checkpoints written below such a path cannot be restored"),
     "zero init scale": (["--init_scale=0"], "--init_scale must be positive, got 0.0"),

@@ -194,6 +194,23 @@ def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     assert not (tmp_path / ".sweep").exists()
 
 
+@pytest.mark.parametrize("jobs_go_on, message", [
+    (False, "interrupted; nothing was launched"),
+    (True, "stopped following; the jobs go on (see --status)")])
+def test_ctrl_c_says_whether_jobs_were_launched(jobs_go_on, message):
+    code = ("import sys\n"
+            "from absl import app\n"
+            "from launch import sweep\n"
+            "def interrupted(trailing):\n"
+            f"    if {jobs_go_on}: sweep.JOBS_GO_ON.append(True)\n"
+            "    raise KeyboardInterrupt\n"
+            "sweep.run = interrupted\n"
+            "app.run(sweep.main, argv=['sweep.py', '--envs=cheetah-run'])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 130 and proc.stderr.strip() == message, proc.stderr
+
+
 def test_a_job_record_that_is_not_json_is_one_line_naming_it(tmp_path):
     record = tmp_path / ".sweep" / "jobs" / "sac" / "cheetah-run" / "none-utd1-seed0.json"
     record.parent.mkdir(parents=True)

@@ -188,6 +188,9 @@ def test_recorded_settings_include_the_agents_hyperparameters():
     # An empty value asks for the default, which config.json records filled in (BRO's steps).
     (["--intervention_steps="], ["--intervention_steps="],
      {"intervention_steps": [15001, 50001]}, None),
+    (["--intervention_steps="], [], {"intervention_steps": [15001, 50001]}, None),
+    (["--intervention_steps=15001"], [], {"intervention_steps": [15001]},
+     "--intervention_steps=15001 there, not given now"),
     ([], ["--clip_parts="], {"clip_parts": ["actor.params"]}, "clip_parts: ['actor.params'] there"),
     # A run recorded before a setting existed ran with its default, as the run script assumes.
     ([], ["--srank_threshold=0.99"], {}, None),

@@ -289,7 +289,8 @@ def _extra_differences(launched: Sequence[str], now: Sequence[str], config: Mapp
     since (its setting may have gone back to the default), a value changed, or a flag added
     that config.json does not record (added ones it records are compared with it)."""
     before, after = _extra_flags(launched), _extra_flags(now)
-    out = [f"--{n}={v} there, not given now" for n, v in before.items() if n not in after]
+    out = [f"--{n}={v} there, not given now" for n, v in before.items() if n not in after
+           and (v or n != "intervention_steps")]  # empty: the default, given or not
     out += [f"--{n}={before[n]} there, --{n}={v} now" for n, v in after.items()
             if n in before and not same_setting(before[n], v)]
     out += [f"--{n}={v} not given there" for n, v in after.items()
