@@ -55,9 +55,10 @@ class DMCEnv:
 
     Observation order: the task's own observation keys in its spec's order (`obs_keys`, sizes in
     `obs_sizes`), e.g. cartpole: position (3), velocity (2). Actions in [-1, 1] map linearly onto
-    the spec's bounds, except on unbounded dimensions (UNBOUNDED_ACTION), which take them as
-    they are. A time-limit end (discount 1) is a truncation; an end with discount 0 is a
-    termination. No auto-reset: call reset() after either.
+    the spec's bounds (`low`, `high`), except on unbounded dimensions (UNBOUNDED_ACTION), which
+    take them as they are (their `low`, `high` are -1, 1). A time-limit end (discount 1) is a
+    truncation; an end with discount 0 is a termination. No auto-reset: call reset() after
+    either.
     """
 
     def __init__(self, env: dm_env.Environment, name: str, action_repeat: int = 1):
@@ -76,7 +77,8 @@ class DMCEnv:
             raise ValueError(f"{name}: action spec needs finite bounds, got {spec}")
         if np.any(self.low > self.high):
             raise ValueError(f"{name}: action spec has minimum > maximum: {spec}")
-        self.unbounded = (self.low <= -UNBOUNDED_ACTION) & (self.high >= UNBOUNDED_ACTION)
+        unbounded = (self.low <= -UNBOUNDED_ACTION) & (self.high >= UNBOUNDED_ACTION)
+        self.low[unbounded], self.high[unbounded] = -1.0, 1.0  # the map onto them: identity
         obs_spec = env.observation_spec()
         self.obs_keys = tuple(obs_spec)
         self.obs_sizes = tuple(int(np.prod(obs_spec[k].shape)) for k in self.obs_keys)
@@ -103,8 +105,7 @@ class DMCEnv:
         if not np.all(np.isfinite(action)):
             raise ValueError(f"{self.name}: action has non-finite entries {action}; "
                              "finite values are accepted (clipped to [-1, 1])")
-        scaled = np.where(self.unbounded, np.clip(action, -1.0, 1.0),
-                          rescale_action(action, self.low, self.high))
+        scaled = rescale_action(action, self.low, self.high)
         reward = 0.0
         for _ in range(self.action_repeat):
             timestep = self.env.step(scaled)

@@ -21,6 +21,9 @@ CLIP_METHODS = ("svd", "newton_schulz")
 CLIP_SIDES = ("both", "upper", "lower")
 RESUME_MODES = ("auto", "never", "must")
 HELP_FLAGS = {"help", "?", "helpshort", "helpfull", "helpxml"}
+# Transitions one update call samples and transfers (seeds x utd x batch): 2**31 of them are
+# tens of GiB, far past any machine this runs on, and a count numpy's shapes still take.
+MAX_UPDATE_BATCH = 2**31
 
 
 def one_line_flag_parser(prefix: str = "error: "):
@@ -115,9 +118,9 @@ def validate(cfg: TrainConfig) -> None:
                  "intervention_every", "checkpoint_every", "clip_ns_steps"):
         _positive(name, getattr(cfg, name))
     per_call = cfg.num_seeds * cfg.utd * cfg.batch_size
-    if per_call > MAX_CAPACITY:  # XLA indexes an array's dimensions with 32-bit integers
+    if per_call > MAX_UPDATE_BATCH:
         raise ConfigError(f"--num_seeds x --utd x --batch_size = {per_call:,} transitions in one "
-                          f"update call; at most 2**31 ({MAX_CAPACITY:,}) are accepted")
+                          f"update call; at most 2**31 ({MAX_UPDATE_BATCH:,}) are accepted")
     if cfg.buffer_capacity > MAX_CAPACITY:
         raise ConfigError(f"--buffer_capacity must be at most 2**31 ({MAX_CAPACITY:,}) "
                           f"transitions per seed, got {cfg.buffer_capacity:,}")

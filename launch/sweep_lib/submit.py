@@ -279,9 +279,11 @@ def recorded_setting(config: Mapping, name: str) -> object:
 
 
 def _extra_flags(extra: Sequence[str]) -> dict[str, str]:
-    """{name: value text} of extra flags (`extra_settings`), harmless ones left out."""
+    """{name: value text} of extra flags (`extra_settings`), harmless ones left out, and an
+    empty --intervention_steps=: it asks for the default schedule, given or not (config.json
+    records it filled in, e.g. BRO's reset steps)."""
     return {name: value for name, value, _ in extra_settings(extra)
-            if name not in HARMLESS_EXTRA}
+            if name not in HARMLESS_EXTRA and (value or name != "intervention_steps")}
 
 
 def _extra_differences(launched: Sequence[str], now: Sequence[str], config: Mapping) -> list:
@@ -289,8 +291,7 @@ def _extra_differences(launched: Sequence[str], now: Sequence[str], config: Mapp
     since (its setting may have gone back to the default), a value changed, or a flag added
     that config.json does not record (added ones it records are compared with it)."""
     before, after = _extra_flags(launched), _extra_flags(now)
-    out = [f"--{n}={v} there, not given now" for n, v in before.items() if n not in after
-           and (v or n != "intervention_steps")]  # empty: the default, given or not
+    out = [f"--{n}={v} there, not given now" for n, v in before.items() if n not in after]
     out += [f"--{n}={before[n]} there, --{n}={v} now" for n, v in after.items()
             if n in before and not same_setting(before[n], v)]
     out += [f"--{n}={v} not given there" for n, v in after.items()
@@ -324,10 +325,7 @@ def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status], log
         config = with_resolved_settings(with_added_settings(config))
         wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
                   "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
-        # An empty --intervention_steps= asks for the default schedule, which config.json
-        # records filled in (BRO's reset steps).
-        wanted.update({n: v for n, v in _extra_flags(spec.extra).items()
-                       if v or n != "intervention_steps"})
+        wanted.update(_extra_flags(spec.extra))
         if same_setting(0, wanted.get("diagnostics_batch_size", "")):
             wanted["diagnostics_batch_size"] = wanted.get("batch_size", config.get("batch_size"))
         differ = []
