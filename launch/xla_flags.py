@@ -1,4 +1,4 @@
-"""The XLA:CPU options this framework runs with, added to XLA_FLAGS before JAX starts its backend.
+"""The XLA options this framework runs with, added to XLA_FLAGS before JAX starts its backend.
 
 Measured on 2 CPU cores (`python benchmarks/throughput.py`, `python benchmarks/bro_update.py`):
 
@@ -16,7 +16,19 @@ Measured on 2 CPU cores (`python benchmarks/throughput.py`, `python benchmarks/b
 
 Neither changes what is computed beyond float32 rounding (the test suite runs with them). The
 pass is only disabled where no GPU plugin is installed, since GPU backends have their own
-reduction passes. A flag the user already put in XLA_FLAGS is left as the user set it;
+reduction passes.
+
+Where a GPU plugin is installed, `--xla_gpu_deterministic_ops=true` makes a GPU compute the same
+numbers every time: without it XLA's GPU kernels may sum in an order that changes from run to
+run. On an H200 (jax 0.11.2), two runs of the same tiny `run_sac.py` command wrote eval returns
+that differed from the second evaluation on (39.3986 against 39.3349); with it, two runs were
+identical, and so was a run killed and resumed (`tests/test_resume.py`), which is what makes a
+resume on a GPU exact. It costs throughput: SAC's 4-seed UTD-8 update ran 9,990 seed-updates/s
+against 11,484, BRO's 4-seed UTD-10 update 3,426 against 3,973 (one timing each); both then
+compiled faster (2.8 s against 7.2, 5.2 s against 15.1).
+`XLA_FLAGS=--xla_gpu_deterministic_ops=false` trades the reproducibility for that speed.
+
+A flag the user already put in XLA_FLAGS is left as the user set it;
 SINGULARCLIP_STOCK_XLA=1 adds nothing. XLA reads XLA_FLAGS once, when the first computation
 starts its backend, so this must run before that: `launch/__init__.py` calls it on import.
 """
@@ -27,6 +39,7 @@ from collections.abc import MutableMapping
 
 CPU_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=",)
 CPU_ONLY_FLAGS = ("--xla_disable_hlo_passes=tree_reduction_rewriter",)
+GPU_FLAGS = ("--xla_gpu_deterministic_ops=true",)
 GPU_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin")
 
 
@@ -42,7 +55,7 @@ def apply_xla_flags(environ: MutableMapping[str, str] = os.environ,
         return current
     if gpu is None:
         gpu = gpu_plugin_installed()
-    wanted = CPU_FLAGS + (() if gpu else CPU_ONLY_FLAGS)
+    wanted = CPU_FLAGS + (GPU_FLAGS if gpu else CPU_ONLY_FLAGS)
     added = [flag for flag in wanted if flag.split("=")[0] not in current]
     if added:
         environ["XLA_FLAGS"] = " ".join([current, *added]).strip()

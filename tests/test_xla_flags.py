@@ -8,7 +8,7 @@ import textwrap
 import jaxlib
 import pytest
 
-from launch.xla_flags import CPU_FLAGS, CPU_ONLY_FLAGS, apply_xla_flags
+from launch.xla_flags import CPU_FLAGS, CPU_ONLY_FLAGS, GPU_FLAGS, apply_xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,10 +28,20 @@ def test_keeps_the_users_flags_and_settings():
 
 
 def test_gpu_keeps_its_reduction_passes_and_stock_opt_out():
-    assert apply_xla_flags({}, gpu=True).split() == list(CPU_FLAGS)
+    assert apply_xla_flags({}, gpu=True).split() == [*CPU_FLAGS, *GPU_FLAGS]
     env = {"SINGULARCLIP_STOCK_XLA": "1", "XLA_FLAGS": "--xla_dump_to=/tmp/x"}
     assert apply_xla_flags(env, gpu=False) == "--xla_dump_to=/tmp/x"
     assert env["XLA_FLAGS"] == "--xla_dump_to=/tmp/x"
+
+
+def test_gpu_computes_deterministically_unless_the_user_says_otherwise():
+    """Without deterministic GPU ops, two runs of one command differed on an H200, and a
+    resumed run differed from an uninterrupted one (launch/xla_flags.py)."""
+    assert "--xla_gpu_deterministic_ops=true" in apply_xla_flags({}, gpu=True).split()
+    assert "--xla_gpu_deterministic_ops=true" not in apply_xla_flags({}, gpu=False).split()
+    env = {"XLA_FLAGS": "--xla_gpu_deterministic_ops=false"}
+    assert apply_xla_flags(env, gpu=True).split() == ["--xla_gpu_deterministic_ops=false",
+                                                      *CPU_FLAGS]
 
 
 PROBE = textwrap.dedent("""
