@@ -57,6 +57,24 @@ def _warn_missing_runs(path: str, groups: dict[str, list[Run]], tasks: Sequence[
                       f"{', '.join(short)}", AggregationWarning, stacklevel=3)
 
 
+def _warn_other_action_repeats(datasets: dict[str, list[Run]], group_by: Sequence[str]) -> None:
+    """Warn when algorithms ran with different action repeats (read from the config.json of
+    those that have one): steps count agent steps, each `action_repeat` simulator steps, so one
+    --step compares different amounts of experience. Not when --group_by splits by it."""
+    if "action_repeat" in group_by:
+        return
+    repeats = {label: sorted({r.config.get("action_repeat", 1) for r in runs if r.config})
+               for label, runs in datasets.items()}
+    repeats = {label: values for label, values in repeats.items() if values}
+    if len({tuple(values) for values in repeats.values()}) > 1:
+        shown = ", ".join(f"'{label}' {'/'.join(map(str, values))}"
+                          for label, values in repeats.items())
+        warnings.warn(f"the algorithms ran with different action repeats ({shown}): their env "
+                      "steps are agent steps, each action_repeat simulator steps, so --step and "
+                      "the curves compare them after different amounts of simulation",
+                      AggregationWarning, stacklevel=3)
+
+
 def load_datasets(
     paths: Sequence[str],
     labels: Sequence[str] = (),
@@ -106,4 +124,5 @@ def load_datasets(
                 _warn_repeated_seeds(label, group)
             sources.append(Source(label, str(path), layout, len(group),
                                   len({r.task for r in group})))
+    _warn_other_action_repeats(datasets, group_by)
     return datasets, sources

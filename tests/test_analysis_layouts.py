@@ -138,6 +138,28 @@ def test_pooling_runs_that_differ_in_any_setting_that_changes_results_warns(tmp_
         "intervention_steps"]) == []  # max_steps differs too: it changes no shared step
 
 
+def test_algorithms_with_other_action_repeats_warn(tmp_path):
+    """Steps are agent steps: at one --step, action repeat 2 has simulated twice as much."""
+    for name, repeat in (("a", 1), ("b", 2), ("c", 1)):
+        write_project_run(tmp_path / name, "cheetah-run", "r", {0: curve(0)},
+                          action_repeat=repeat)
+
+    def repeat_warnings(*args, **kwargs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            load_datasets(*args, **kwargs)
+        return [str(w.message) for w in caught if "action repeats" in str(w.message)]
+
+    (message,) = repeat_warnings([str(tmp_path / n) for n in "abc"])
+    assert message.startswith("the algorithms ran with different action repeats ('a' 1, "
+                              "'b' 2, 'c' 1): their env steps are agent steps")
+    assert repeat_warnings([str(tmp_path / n) for n in "ac"]) == []
+    write_project_run(tmp_path / "d", "cheetah-run", "r", {0: curve(0)})  # recorded none: 1
+    assert repeat_warnings([str(tmp_path / n) for n in "ad"]) == []
+    assert repeat_warnings([str(tmp_path / n) for n in "abc"],
+                           group_by=["action_repeat"]) == []  # the comparison asked for
+
+
 def test_reset_steps_past_the_shortest_run_do_not_count_when_pooling(tmp_path):
     """BRO records its reset steps cut to the run's length: runs of one schedule that differ
     in length pool silently (and a seed run twice counts as a repeat); a schedule that differs
