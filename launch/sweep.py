@@ -42,6 +42,8 @@ from launch.sweep_lib.submit import (
     check_unfinished_launches,
     collect,
     launch,
+    launch_conflict,
+    run_dir_conflict,
     select,
     status_line,
     summary,
@@ -155,9 +157,18 @@ def run(trailing: list[str]) -> int:
                            f"this grid and the sweeps recorded in {paths.root}")
     statuses = collect(paths, [s.key for s in specs])
     if FLAGS.status:
-        for key, status in statuses.items():
-            print(status_line(key, status, paths))
-        print(summary(statuses))
+        conflicts = 0
+        for spec in specs:  # with a grid given, a job that holds another run says so
+            status = statuses[spec.key]
+            line = status_line(spec.key, status, paths)
+            conflict = bool(given) and (launch_conflict(spec, status) or run_dir_conflict(
+                spec, status, paths.logdir, launching=True))
+            if conflict:
+                conflicts += 1
+                line += f"  [not this grid's run: {conflict}]"
+            print(line)
+        print(summary(statuses) + (f"; {conflicts} of them not this grid's runs (a launch with "
+                                   "these flags refuses them)" if conflicts else ""))
         return 0
     check_unfinished_launches(specs, statuses)
     todo = select(specs, statuses, FLAGS.retry_failed)

@@ -227,6 +227,15 @@ def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(t
     longer = sweep(logdir, scripts, "--envs=cheetah-run", "--max_steps=30", "--eval_every=10",
                    "--seeds=2")
     assert longer.returncode == 2 and "max_steps: 20 there, 30 now" in longer.stderr
+    # --status with those grid flags shows the run as another grid's, not as this one's done
+    status = sweep(logdir, scripts, *args, "--seeds=3", "--status")
+    key = "sac/cheetah-run/none-utd1-seed0"
+    assert status.returncode == 0 and status.stdout.splitlines() == [
+        f"done        {key}  [not this grid's run: a finished run with other settings "
+        "(num_seeds: 2 there, 3 now)]",
+        "1 done; 1 of them not this grid's runs (a launch with these flags refuses them)"]
+    assert sweep(logdir, scripts, *args, "--seeds=2", "--status").stdout.splitlines() == [
+        f"done        {key}", "1 done"]
     shifted = sweep(logdir, scripts, *args, "--seeds=2", "--first_seed=1", "--seeds_per_job=1")
     assert shifted.returncode == 2 and "train the same seeds" in shifted.stderr, shifted.stderr
     # Extra flags: compared with config.json where it records them, and with the extra flags

@@ -303,64 +303,82 @@ def check_run_dirs(specs: Sequence[JobSpec], statuses: Mapping[str, Status], log
                    launching: Collection[str]) -> None:
     """SweepError when the run directory of a finished job, or of a started one about to be
     launched again (its key in `launching`), holds a run with other settings than the job asks
-    for. A finished run would count as done and leave the grid's run undone (it is never
-    started again); a started one would be refused by its run script while the jobs of the
-    grid that had not started trained with the new settings. The settings compared are those
-    config.json records and the flags the sweep launched the job with, so a flag dropped since
-    (its setting back at the run script's default) is noticed too."""
+    for (`run_dir_conflict`)."""
     for spec in specs:
-        status = statuses[spec.key]
-        done = status.state == "done"
-        if not done and spec.key not in launching:
-            continue
-        path = os.path.join(spec.run_dir(logdir), "config.json")
-        config = read_json(path)  # a SweepError naming it when half-written or edited by hand
-        if not isinstance(config, dict):
-            raise SweepError(f"{path} holds no JSON object; repair it or move that run "
-                             "directory away")
-        if not config:  # never started
-            continue
-        # A setting added since, at the value it ran with; --diagnostics_batch_size=0 as the
-        # --batch_size it stands for, there and in the job's flags (as the run script reads them).
-        config = with_resolved_settings(with_added_settings(config))
-        wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
-                  "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
-        wanted.update(_extra_flags(spec.extra))
-        if same_setting(0, wanted.get("diagnostics_batch_size", "")):
-            wanted["diagnostics_batch_size"] = wanted.get("batch_size", config.get("batch_size"))
-        differ = []
-        for name, value in wanted.items():
-            there = recorded_setting(config, name)
-            if there is not _MISSING and not same_setting(there, value):
-                differ.append(f"{name}: {there!r} there, {value!r} now")
-        launched = status.record.get("spec", {})
-        if launched.get("extra") is not None:
-            differ += _extra_differences(launched["extra"], spec.extra, config)
-        given = dict(spec.train_flags)
-        differ += [f"--{name}={value} there, not given now"
-                   for name, value in launched.get("train_flags", []) if name not in given]
-        if differ:
-            run = "a finished run" if done else "a started run"
-            raise SweepError(f"{spec.run_dir(logdir)} holds {run} with other settings "
-                             f"({'; '.join(differ[:3])}); use another --logdir, or leave that "
-                             "job out of the grid")
+        conflict = run_dir_conflict(spec, statuses[spec.key], logdir, spec.key in launching)
+        if conflict:
+            raise SweepError(f"{spec.run_dir(logdir)} holds {conflict}; use another --logdir, "
+                             "or leave that job out of the grid")
+
+
+def run_dir_conflict(spec: JobSpec, status: Status, logdir: str, launching: bool) -> str | None:
+    """'a finished run with other settings (...)' (or 'a started run ...') when the job's run
+    directory holds a run with other settings than the job asks for; None when it holds this
+    job's run, none at all, or a started run not about to be launched again (`launching`). A
+    finished run would count as done and leave the grid's run undone (it is never started
+    again); a started one would be refused by its run script while the jobs of the grid that
+    had not started trained with the new settings. The settings compared are those config.json
+    records and the flags the sweep launched the job with, so a flag dropped since (its setting
+    back at the run script's default) is noticed too. SweepError for an unreadable
+    config.json."""
+    done = status.state == "done"
+    if not done and not launching:
+        return None
+    path = os.path.join(spec.run_dir(logdir), "config.json")
+    config = read_json(path)  # a SweepError naming it when half-written or edited by hand
+    if not isinstance(config, dict):
+        raise SweepError(f"{path} holds no JSON object; repair it or move that run "
+                         "directory away")
+    if not config:  # never started
+        return None
+    # A setting added since, at the value it ran with; --diagnostics_batch_size=0 as the
+    # --batch_size it stands for, there and in the job's flags (as the run script reads them).
+    config = with_resolved_settings(with_added_settings(config))
+    wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
+              "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
+    wanted.update(_extra_flags(spec.extra))
+    if same_setting(0, wanted.get("diagnostics_batch_size", "")):
+        wanted["diagnostics_batch_size"] = wanted.get("batch_size", config.get("batch_size"))
+    differ = []
+    for name, value in wanted.items():
+        there = recorded_setting(config, name)
+        if there is not _MISSING and not same_setting(there, value):
+            differ.append(f"{name}: {there!r} there, {value!r} now")
+    launched = status.record.get("spec", {})
+    if launched.get("extra") is not None:
+        differ += _extra_differences(launched["extra"], spec.extra, config)
+    given = dict(spec.train_flags)
+    differ += [f"--{name}={value} there, not given now"
+               for name, value in launched.get("train_flags", []) if name not in given]
+    if not differ:
+        return None
+    run = "a finished run" if done else "a started run"
+    return f"{run} with other settings ({'; '.join(differ[:3])})"
 
 
 def check_unfinished_launches(specs: Sequence[JobSpec],
                               statuses: Mapping[str, Status]) -> None:
     """SweepError when a job of the grid is queued or running from an earlier launch with
-    other flags: it trains as launched then, and the summary would count it for this grid."""
+    other flags (`launch_conflict`)."""
     for spec in specs:
-        status = statuses[spec.key]
-        if status.state not in ("queued", "running") or "spec" not in status.record:
-            continue
-        then = JobSpec.from_dict(status.record["spec"]).to_dict()
-        now = spec.to_dict()
-        differ = [f"{k}: {then.get(k)} then, {v} now" for k, v in now.items() if then.get(k) != v]
-        if differ:
-            raise SweepError(f"{spec.key} is {status.state}, launched with other flags "
-                             f"({'; '.join(differ[:3])}); wait for it to end (--status), or use "
+        conflict = launch_conflict(spec, statuses[spec.key])
+        if conflict:
+            raise SweepError(f"{spec.key} is {conflict}; wait for it to end (--status), or use "
                              "another --logdir")
+
+
+def launch_conflict(spec: JobSpec, status: Status) -> str | None:
+    """'queued, launched with other flags (...)' (or 'running, ...') when the job is queued or
+    running from an earlier launch with other flags than `spec`: it trains as launched then,
+    and a summary would count it for this grid. None otherwise."""
+    if status.state not in ("queued", "running") or "spec" not in status.record:
+        return None
+    then = JobSpec.from_dict(status.record["spec"]).to_dict()
+    now = spec.to_dict()
+    differ = [f"{k}: {then.get(k)} then, {v} now" for k, v in now.items() if then.get(k) != v]
+    if not differ:
+        return None
+    return f"{status.state}, launched with other flags ({'; '.join(differ[:3])})"
 
 
 DRY_RUNS_AT_ONCE = 4
