@@ -142,8 +142,9 @@ def main(_):
         every = TrainConfig().eval_every
         added = []
         for r in rounds:
-            loop_part = 100 * (r["loop"] / (r["env"] + r["update"] + r["eval"]) - 1)
-            diagnostics = 100 * diagnose / (every * r["loop"] / steps)
+            parts = r["env"] + r["update"] + r["eval"]
+            loop_part = 100 * (r["loop"] / parts - 1)
+            diagnostics = 100 * diagnose / (every * parts / steps)  # per `every` steps' parts
             added.append(loop_part + diagnostics)
             print(f"end to end, UTD {utd}: {steps / r['loop']:.0f} env steps/s while "
                   f"training; loop {r['loop']:.2f} s vs env {r['env']:.2f} s + update "
