@@ -22,6 +22,7 @@ from interventions import (
     part_paths,
     singular_clip,
 )
+from interventions.matrices import is_weight_matrix
 from launch import diagnose as diag
 from launch.config import ConfigError, TrainConfig
 
@@ -32,10 +33,12 @@ class Intervention(NamedTuple):
 
 
 def check_clip_parts(agent: Agent, cfg: TrainConfig) -> None:
-    """Raise ConfigError unless each `--clip_parts` path exists in the agent's state and holds
-    parameters only: SingularClip on an optimizer state would clip Adam's moment estimates
-    (negative second moments, then NaN), and SPEC.md keeps optimizer state. Traces the agent's
-    init abstractly (any dimensions do: the paths do not depend on them); compiles nothing."""
+    """Raise ConfigError unless each `--clip_parts` path exists in the agent's state, holds
+    parameters only (SingularClip on an optimizer state would clip Adam's moment estimates:
+    negative second moments, then NaN; SPEC.md keeps optimizer state) and holds a weight matrix
+    (elsewhere, as in the temperature's parameters, the clip would change nothing). Traces the
+    agent's init abstractly (any dimensions do: the paths do not depend on them); compiles
+    nothing."""
     if cfg.intervention != "clip" or not cfg.clip_parts:
         return
     state = jax.eval_shape(lambda key: agent.init(key, 3, 2), jax.random.key(0))
@@ -51,6 +54,11 @@ def check_clip_parts(agent: Agent, cfg: TrainConfig) -> None:
             hint = f"; name its parameters instead: {', '.join(params)}" if params else ""
             raise ConfigError(f"--clip_parts={path} includes the optimizer state {optimizer[0]}, "
                               f"which SingularClip must not touch{hint}")
+        leaves = jax.tree_util.tree_flatten_with_path(get_part(state, path))[0]
+        if not any(is_weight_matrix(key_path, leaf) for key_path, leaf in leaves):
+            raise ConfigError(f"--clip_parts={path} holds no weight matrix (a kernel), so "
+                              "SingularClip would change nothing there; the parts it clips by "
+                              f"default: {','.join(agent.clip_parts)}")
 
 
 def _event(agent: Agent, cfg: TrainConfig, init_fn: Callable, init_keys: jax.Array) -> Callable:

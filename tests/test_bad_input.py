@@ -85,6 +85,11 @@ CASES = {
                                 "--clip_parts=actor.params contradicts --intervention=reset"),
     "unknown clip part": (["--intervention=clip", "--clip_parts=actor.nope"],
                           "--clip_parts: unknown part 'actor.nope'"),
+    "clip part without a weight matrix": (["--intervention=clip", "--clip_parts=temp.params"],
+                                          "--clip_parts=temp.params holds no weight matrix (a "
+                                          "kernel), so SingularClip would change nothing there; "
+                                          "the parts it clips by default: actor.params,"
+                                          "critic.params,target_critic_params"),
     "clip part with optimizer state": (["--intervention=clip", "--clip_parts=actor"],
                                        "--clip_parts=actor includes the optimizer state "
                                        "actor.opt_state, which SingularClip must not touch; "
