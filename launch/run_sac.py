@@ -34,6 +34,8 @@ flags.DEFINE_float("tau", _DEFAULT.tau, "Target critic Polyak rate per gradient 
 flags.DEFINE_float("init_temperature", _DEFAULT.init_temperature, "Initial temperature.")
 flags.DEFINE_float("target_entropy_scale", _DEFAULT.target_entropy_scale,
                    "Target entropy is -scale * action_dim.")
+flags.DEFINE_float("log_std_min", _DEFAULT.log_std_min, "Lower bound of the actor's log-std.")
+flags.DEFINE_float("log_std_max", _DEFAULT.log_std_max, "Upper bound of the actor's log-std.")
 
 
 def agent_config() -> sac.SACConfig:
@@ -61,6 +63,8 @@ def _config(f) -> sac.SACConfig:
         tau=f.tau,
         init_temperature=f.init_temperature,
         target_entropy_scale=f.target_entropy_scale,
+        log_std_min=f.log_std_min,
+        log_std_max=f.log_std_max,
         batch_size=f.batch_size,
     )
 

@@ -32,6 +32,8 @@ CASES = {
     "c infinite": (["--clip_c=inf", "--intervention=clip"], "--clip_c must be a finite number"),
     "nan learning rate": (["--critic_lr=nan"], "--critic_lr must be a finite number, got nan"),
     "infinite init scale": (["--init_scale=inf"], "--init_scale must be a finite number"),
+    "log-std bounds crossed": (["--log_std_min=3"], "--log_std_min must be below log_std_max, "
+                               "got 3.0 and 2.0"),
     "seeds past 2**32": (["--seed=4294967290", "--num_seeds=2"], "give env seeds up to "
                          "4294967333; dm_control takes seeds below 2**32"),
     "non-positive max_steps": (["--max_steps=0"], "--max_steps must be positive"),

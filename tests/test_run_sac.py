@@ -155,7 +155,8 @@ def test_help_lists_flags_with_defaults():
     out = run("run_sac.py", "--help", check=False).stdout
     for flag, default in [("utd", "1"), ("max_steps", "1000000"), ("start_steps", "10000"),
                           ("intervention", "none"), ("clip_c", "4.0"),
-                          ("intervention_every", "200000"), ("num_seeds", "1")]:
+                          ("intervention_every", "200000"), ("num_seeds", "1"),
+                          ("log_std_min", "-10.0"), ("log_std_max", "2.0")]:
         assert f"--{flag}" in out
         assert f"(default: '{default}')" in out.split(f"--{flag}:")[1].split("\n  --")[0]
 
