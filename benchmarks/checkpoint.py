@@ -1,4 +1,4 @@
-"""Checkpoint size, save and restore time, and the memory a save needs, for a full buffer.
+"""Checkpoint size, save and restore time, and the memory they need, for a full buffer.
 
     python benchmarks/checkpoint.py                    # humanoid-stand, 1,000,000 transitions
     python benchmarks/checkpoint.py --capacity=100000  # quicker
@@ -6,11 +6,15 @@
 Builds a real SAC Trainer (humanoid dimensions: obs 67, act 21), fills its replay buffer to
 capacity with random transitions, then times `Trainer.save` and `Trainer.restore` (the code a
 run uses). Memory: the peak resident set size during the save above the size before it, as a
-multiple of the buffer's bytes (Linux: VmHWM, reset through /proc/self/clear_refs).
+multiple of the buffer's bytes (Linux: VmHWM, reset through /proc/self/clear_refs); for the
+restore, which maps the checkpoint's files (their pages are the page cache's, which the system
+can drop), the peak of the anonymous memory (RssAnon, sampled every 5 ms) above the size before
+it: the restored buffer is allocated while the old one still exists, so about 1 x the buffer.
 """
 
 import os
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -32,6 +36,24 @@ def rss_bytes(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def peak_while(field: str, work):
+    """`(work(), peak of the /proc/self/status field sampled every 5 ms while it ran)`."""
+    peak, done = [rss_bytes(field)], threading.Event()
+
+    def sample():
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], rss_bytes(field))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = work()
+    finally:
+        done.set()
+        sampler.join()
+    return result, max(peak[0], rss_bytes(field))
 
 
 def reset_peak_rss() -> None:
@@ -80,8 +102,10 @@ def main(_):
         step_dir = os.path.join(cfg.run_dir, "checkpoints", str(loop.env_step))
         size = directory_bytes(step_dir)
 
+        template = trainer.fresh_loop()
+        anonymous = rss_bytes("RssAnon")
         start = time.perf_counter()
-        restored = trainer.restore(trainer.fresh_loop())
+        restored, anonymous_peak = peak_while("RssAnon", lambda: trainer.restore(template))
         restore_seconds = time.perf_counter() - start
         assert restored.env_step == loop.env_step
 
@@ -89,6 +113,9 @@ def main(_):
         print(f"save: {save_seconds:.2f} s; restore: {restore_seconds:.2f} s")
         print(f"peak extra memory while saving: {extra / 2**20:.0f} MiB = "
               f"{extra / trainer.buffer.nbytes:.2f} x the buffer")
+        restore_extra = anonymous_peak - anonymous
+        print(f"peak extra anonymous memory while restoring: {restore_extra / 2**20:.0f} MiB = "
+              f"{restore_extra / trainer.buffer.nbytes:.2f} x the buffer")
 
 
 if __name__ == "__main__":

@@ -78,7 +78,9 @@ class HostArrays(ocp.CheckpointHandler):
         index = json.loads((directory / self.INDEX).read_text())
         out = {}
         for name, entry in index.items():
-            array = np.load(directory / entry["file"], allow_pickle=False)
+            # Mapped, not read into memory: the replay buffer copies its arrays into its own, so
+            # a resume holds the buffer once in memory (and in the page cache), not twice.
+            array = np.load(directory / entry["file"], mmap_mode="r", allow_pickle=False)
             if _crc32(array) != entry["crc32"]:
                 raise ValueError(f"checksum mismatch in {entry['file']} ({name})")
             out[name] = array

@@ -362,7 +362,7 @@ class Trainer:
             raise CannotResume(f"the checkpoint's replay buffer does not fit this run: {e}") \
                 from None
         self.env.set_rng_state(group("env_rng/"))
-        obs = host["obs"]
+        obs = np.array(host["obs"])  # the host arrays are read-only maps of the checkpoint
         if meta["env_step"] < self.cfg.max_steps:  # the last one may be mid-episode: see save
             obs = self.env.reset()
             if not np.array_equal(obs, host["obs"]):
@@ -377,7 +377,7 @@ class Trainer:
             states=device["states"],
             keys=device["keys"],
             obs=obs,
-            actions=host["actions"],
+            actions=np.array(host["actions"]),
             metric_sums=device["metric_sums"],
             metric_count=meta["metric_count"],
             wall_time=meta["wall_time"],

@@ -65,6 +65,27 @@ def test_round_trip_and_keep_last_two(saved):
         assert host[name].dtype == array.dtype
 
 
+def anonymous_memory_mib() -> float:
+    """This process's resident anonymous memory (not file pages), from /proc."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:")) / 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
+def test_host_arrays_are_restored_without_a_copy_in_memory(tmp_path):
+    """The replay buffer copies the restored arrays into its own, so a restore that read them
+    into memory first would hold a full buffer twice while resuming; mapped, the checkpoint's
+    pages stay file pages the system can drop."""
+    ckpt = Checkpointer(str(tmp_path / "checkpoints"))
+    big = np.random.default_rng(0).standard_normal((2, 4_000_000), dtype=np.float32)  # 61 MiB
+    ckpt.save(1, device_tree(1.0), {"buffer/observations": big}, {"env_step": 1})
+    before = anonymous_memory_mib()
+    _, host, _ = ckpt.restore_latest(device_tree(0.0))
+    grown = anonymous_memory_mib() - before
+    np.testing.assert_array_equal(host["buffer/observations"], big)
+    assert grown < 20, f"restoring 61 MiB of host arrays took {grown:.0f} MiB of memory"
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip a byte"])
 def test_corrupt_host_file_falls_back_to_previous(saved, damage, capsys):
     host_dir = os.path.join(saved.directory, "3", "host")
