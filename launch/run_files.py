@@ -38,6 +38,7 @@ class RunDirInUse(RuntimeError):
 
 
 EXIT_IN_USE = 75  # a run script's exit code for RunDirInUse (EX_TEMPFAIL: try again later)
+EXIT_STOPPED = 143  # a run script's exit code after a SIGTERM (128 + 15): it checkpointed
 
 
 def versions() -> dict[str, str]:

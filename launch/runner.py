@@ -3,12 +3,14 @@
 Exit codes: 0 finished, 2 bad input (one line on stderr, before anything is compiled),
 1 a failure while training (a message on stderr), 75 the run directory is in use by another
 process (EX_TEMPFAIL: a sweep records such a job as interrupted, which its next launch reruns),
-130 interrupted (Ctrl-C).
+130 interrupted (Ctrl-C), 143 stopped by SIGTERM (at the next episode end, after a checkpoint
+there: what a cluster sends before it preempts a job or at its time limit).
 """
 
 import errno
 import logging as std_logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -31,13 +33,21 @@ from launch.config import (
 from launch.events import check_clip_parts
 from launch.run_files import (
     EXIT_IN_USE,
+    EXIT_STOPPED,
     CannotResume,
     RunDirInUse,
     check_not_in_use,
     config_record,
     lock_run_dir,
 )
-from launch.train import Diverged, Trainer, UnevenEpisodes, checkpoint_dirs, resume_state
+from launch.train import (
+    Diverged,
+    Stopped,
+    Trainer,
+    UnevenEpisodes,
+    checkpoint_dirs,
+    resume_state,
+)
 
 __all__ = ["ConfigError", "main"]
 
@@ -50,8 +60,8 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def _interrupted(message: str) -> None:
-    """Exit 130 with `message`, skipping the interpreter's shutdown: a Ctrl-C during a
+def _interrupted(message: str, code: int = 130) -> None:
+    """Exit `code` with `message`, skipping the interpreter's shutdown: a Ctrl-C during a
     compilation (the first update's, say) leaves XLA's compiler threads at work, and Python
     finalizing under them crashes (SIGSEGV). Nothing is lost: the logs are flushed row by row,
     and the first Ctrl-C waits for a checkpoint being written (a second one goes through, and
@@ -59,7 +69,22 @@ def _interrupted(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(130)
+    os._exit(code)
+
+
+def _stop_at_episode_end(trainer: Trainer) -> Callable:
+    """A SIGTERM handler: the run goes on to its next episode end, writes a checkpoint there
+    and stops (Stopped), so that a cluster's SIGTERM before a preemption or at a time limit
+    loses no training (a suite episode is 1,000 env steps); a second SIGTERM ends the process
+    at once, as SIGTERM otherwise does."""
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        trainer.stop_requested = True
+        print("SIGTERM: stopping at the next episode end, after a checkpoint there (a second "
+              "SIGTERM stops at once)", file=sys.stderr, flush=True)
+
+    return handler
 
 
 def main(
@@ -140,7 +165,9 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     try:  # a Ctrl-C from the banner on is answered with what the run directory holds
         print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
               f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr, flush=True)
-        Trainer(agent, cfg).run()
+        trainer = Trainer(agent, cfg)
+        signal.signal(signal.SIGTERM, _stop_at_episode_end(trainer))
+        trainer.run()
     except Diverged as e:
         kept = (f"the last good checkpoint is kept in {cfg.run_dir}/checkpoints"
                 if checkpoint_dirs(cfg.run_dir)[0] else "no checkpoint was written before it")
@@ -168,6 +195,9 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
             again = (f"no checkpoint of {cfg.run_dir} was complete, so {_same_command(cfg)} "
                      "starts it over")
         _fail(f"{e}; {again} once that is fixed", 1)
+    except Stopped as e:
+        _interrupted(f"stopped by SIGTERM at env step {e.env_step}, after a checkpoint there; "
+                     f"{_same_command(cfg)} resumes {cfg.run_dir} from it", EXIT_STOPPED)
     except KeyboardInterrupt:
         if checkpoint_dirs(cfg.run_dir)[0]:
             _interrupted(f"interrupted; {_same_command(cfg)} resumes {cfg.run_dir} from its last "

@@ -65,6 +65,15 @@ class UnevenEpisodes(RuntimeError):
     """Some seeds' episodes ended (terminated early) while others went on."""
 
 
+class Stopped(RuntimeError):
+    """The run stopped, as asked (`Trainer.stop_requested`), at `env_step`: an episode end,
+    where it wrote a checkpoint to resume from."""
+
+    def __init__(self, env_step: int):
+        super().__init__(f"stopped at env step {env_step}, after a checkpoint there")
+        self.env_step = env_step
+
+
 def to_batch(sample: dict[str, np.ndarray]) -> Batch:
     return Batch(**{field: sample[field] for field in Batch._fields})
 
@@ -198,6 +207,7 @@ class Trainer:
         self.record = config_record(cfg, agent.config)
         self.checkpointer = Checkpointer(os.path.join(cfg.run_dir, "checkpoints"))
         self.last_checkpoint = 0
+        self.stop_requested = False  # set (by a SIGTERM handler) to stop at an episode end
         self.files = None
         self.check_finite = jax.jit(lambda tree: jax.tree.map(
             lambda x: jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1), tree))
@@ -443,8 +453,11 @@ class Trainer:
             returns = self.log_eval(loop)
         if loop.env_step < cfg.max_steps:
             self.intervene_if_due(loop)
-        if ended and loop.env_step - self.last_checkpoint >= cfg.checkpoint_every:
+        if ended and (loop.env_step - self.last_checkpoint >= cfg.checkpoint_every
+                      or self.stop_requested):
             self.save(loop)
+            if self.stop_requested and loop.env_step < cfg.max_steps:
+                raise Stopped(loop.env_step)
         return returns
 
     def run(self) -> Loop:

@@ -111,6 +111,38 @@ def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tm
                          f"killed {delay:.2f}s after the first checkpoint ({killed_at} rows)")
 
 
+def test_sigterm_checkpoints_at_the_next_episode_end_then_resume_is_bit_identical(
+        uninterrupted, tmp_path):
+    """What a cluster sends before a preemption or at a time limit: the run goes on to its
+    next episode end, writes a checkpoint there (none is due: --checkpoint_every is past the
+    run's end), stops with exit 143, and the same command resumes from it exactly."""
+    intervention = "reset"
+    args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}",
+            "--checkpoint_every=100000"]
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    eval_csv = run_dir(tmp_path, intervention) / "eval.csv"
+    start = time.time()
+    while not (eval_csv.exists() and len(read_csv(eval_csv)) >= 2):  # evaluated at step 125
+        assert proc.poll() is None and time.time() - start < 120, "no evaluation appeared"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    stopped = re.search(r"error: stopped by SIGTERM at env step (\d+), after a checkpoint "
+                        r"there; the same command resumes \S+ from it$", err.strip())
+    assert stopped, err[-2000:]
+    step = int(stopped[1])
+    assert 125 <= step < 1000 and step % 125 == 0, "an episode end, from the first evaluation on"
+    checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
+    assert sorted(os.listdir(checkpoints)) == [str(step)]
+    resumed = run("run_sac.py", *args)
+    assert f"resumed from the checkpoint at env step {step}" in resumed.stderr
+    assert_bit_identical(returns(run_dir(tmp_path, intervention)), uninterrupted(intervention),
+                         resumed.stderr)
+
+
 def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(uninterrupted, tmp_path):
     intervention = "clip"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]

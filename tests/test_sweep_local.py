@@ -357,16 +357,21 @@ def test_workers_that_fail_to_start(tmp_path, monkeypatch, started):
         assert {read_json(paths.record(s.key))["state"] for s in specs} == {"queued"}
 
 
-def test_a_run_directory_in_use_leaves_the_job_to_a_relaunch(tmp_path):
+@pytest.mark.parametrize("code, message", [
+    (75, "/runs/x is being trained by pid 7 on node1; wait for it to end or stop it first"),
+    (143, "stopped by SIGTERM at env step 2000, after a checkpoint there; the same command "
+          "resumes /runs/x from it")])
+def test_a_run_in_use_or_stopped_by_sigterm_leaves_the_job_to_a_relaunch(tmp_path, code,
+                                                                        message):
     """Exit code 75 (another process trains that run, as after a requeue whose old process is
-    still ending) is recorded as interrupted, which a relaunch runs again, not as failed."""
+    still ending) and 143 (a SIGTERM answered with a checkpoint) are recorded as interrupted,
+    which a relaunch runs again, not as failed."""
     from launch.sweep_lib.job import RunJob
 
-    message = "/runs/x is being trained by pid 7 on node1; wait for it to end or stop it first"
-    script_text = f"import sys; print({message!r}, file=sys.stderr); sys.exit(75)"
+    script_text = f"import sys; print({message!r}, file=sys.stderr); sys.exit({code})"
     job = RunJob("sac/cartpole-swingup/none-utd1-seed0", [sys.executable, "-c", script_text],
                  str(tmp_path / "run"), str(tmp_path / "record.json"), str(tmp_path / "out"),
                  str(tmp_path / "err"))
     assert job() == "interrupted"
     record = read_json(str(tmp_path / "record.json"))
-    assert (record["state"], record["detail"]) == ("interrupted", f"exit 75: {message}")
+    assert (record["state"], record["detail"]) == ("interrupted", f"exit {code}: {message}")

@@ -20,13 +20,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import submitit
 from submitit.core.utils import DelayedSubmission
 
-from launch.run_files import EXIT_IN_USE
+from launch.run_files import EXIT_IN_USE, EXIT_STOPPED
 from launch.sweep_lib.state import HEARTBEAT_S, read_json, this_process, update_record
 
-# After the script dies of a signal, wait this long for submitit's preemption signal to arrive
-# (SLURM preemption sends SIGTERM to every process, then the signal that requeues).
+# After the script dies of a signal, or stops on one (exit 143), wait this long for submitit's
+# preemption signal to arrive (SLURM preemption sends SIGTERM to every process, then the signal
+# that requeues).
 PREEMPT_GRACE_S = 5.0
-TERMINATE_WAIT_S = 30.0
+# A run script answers SIGTERM at its next episode end, with a checkpoint there; before a time
+# limit (--signal_delay_s, 90 s by default) this is how long it gets before SIGKILL.
+TERMINATE_WAIT_S = 60.0
 POLL_S = 0.5
 LAST_LINE_CHARS = 300
 TAIL_BYTES = 64 * 1024  # last_line reads at most this much of a log
@@ -176,10 +179,12 @@ class RunJob(submitit.helpers.Checkpointable):
             return "failed", "exit 0 without writing done.json"
         if returncode == EXIT_IN_USE:  # another process trains it: a relaunch tries again
             return "interrupted", f"exit {returncode}: {last_line(self.stderr, err_start)}"
-        if returncode > 0:
+        if returncode > 0 and returncode != EXIT_STOPPED:
             return "failed", f"exit {returncode}: {last_line(self.stderr, err_start)}"
         if os.environ.get("SUBMITIT_EXECUTOR"):
             time.sleep(PREEMPT_GRACE_S)
+        if returncode == EXIT_STOPPED:  # a SIGTERM, answered with a checkpoint: it resumes
+            return "interrupted", f"exit {returncode}: {last_line(self.stderr, err_start)}"
         return "interrupted", f"run script killed by {signal.Signals(-returncode).name}"
 
     def stop(self, detail: str) -> None:
