@@ -57,7 +57,8 @@ def _crc32(array: np.ndarray, crc: int = 0) -> int:
 
 
 class HostArrays(ocp.CheckpointHandler):
-    """Numpy arrays, one .npy file each, written straight from their memory, with CRC-32s."""
+    """Numpy arrays, one .npy file each, written straight from their memory, with CRC-32s of
+    their data and, in the index, their dtypes and shapes."""
 
     INDEX = "index.json"
 
@@ -71,7 +72,8 @@ class HostArrays(ocp.CheckpointHandler):
                 np.save(f, array, allow_pickle=False)
                 f.flush()
                 os.fsync(f.fileno())
-            index[name] = {"file": filename, "crc32": _crc32(array)}
+            index[name] = {"file": filename, "crc32": _crc32(array), "dtype": array.dtype.str,
+                           "shape": list(array.shape)}
         (directory / self.INDEX).write_text(json.dumps(index))
 
     def restore(self, directory, args: "HostArraysRestore | None" = None) -> dict:
@@ -81,6 +83,13 @@ class HostArrays(ocp.CheckpointHandler):
             # Mapped, not read into memory: the replay buffer copies its arrays into its own, so
             # a resume holds the buffer once in memory (and in the page cache), not twice.
             array = np.load(directory / entry["file"], mmap_mode="r", allow_pickle=False)
+            # The CRC-32 covers the data, the index the header (indexes written before it did
+            # record no dtype and shape)
+            written = (entry.get("dtype", array.dtype.str), entry.get("shape", list(array.shape)))
+            if (array.dtype.str, list(array.shape)) != written:
+                raise ValueError(f"{entry['file']} ({name}) holds a {array.dtype.str} array of "
+                                 f"shape {list(array.shape)}; {written[0]} of shape "
+                                 f"{written[1]} was written")
             if _crc32(array) != entry["crc32"]:
                 raise ValueError(f"checksum mismatch in {entry['file']} ({name})")
             out[name] = array

@@ -391,7 +391,7 @@ class Trainer:
             metric_sums=device["metric_sums"],
             metric_count=meta["metric_count"],
             wall_time=meta["wall_time"],
-            env_rng=group("env_rng/"),
+            env_rng={k: np.array(v) for k, v in group("env_rng/").items()},  # not the maps
         )
 
     def start(self) -> Loop:

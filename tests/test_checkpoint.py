@@ -86,8 +86,11 @@ def test_host_arrays_are_restored_without_a_copy_in_memory(tmp_path):
     assert grown < 20, f"restoring 61 MiB of host arrays took {grown:.0f} MiB of memory"
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip a byte"])
+@pytest.mark.parametrize("damage", ["truncate", "flip a byte", "dtype in the header",
+                                    "shape in the header"])
 def test_corrupt_host_file_falls_back_to_previous(saved, damage, capsys):
+    """A damaged .npy file: its data (the CRC-32 sees them) or its header (the index records
+    each array's dtype and shape), which read otherwise would restore other numbers."""
     host_dir = os.path.join(saved.directory, "3", "host")
     biggest = max((os.path.join(host_dir, f) for f in os.listdir(host_dir) if f.endswith(".npy")),
                   key=os.path.getsize)
@@ -95,6 +98,13 @@ def test_corrupt_host_file_falls_back_to_previous(saved, damage, capsys):
     with open(biggest, "r+b") as f:
         if damage == "truncate":
             f.truncate(size - 7)
+        elif damage.endswith("in the header"):  # same length: the data bytes stay where they are
+            header = f.read(128)
+            old, new = ((b"'<f4'", b"'<i4'") if damage.startswith("dtype")
+                        else (b"(2, 100, 5)", b"(2, 5, 100)"))
+            assert old in header
+            f.seek(0)
+            f.write(header.replace(old, new))
         else:
             f.seek(size - 10)
             byte = f.read(1)

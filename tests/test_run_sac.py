@@ -301,6 +301,24 @@ def test_diagnostics_compile_twice_at_most_when_features_wait_for_the_buffer(tmp
     assert steps == {"cond": [20, 40, 60, 80, 100, 120], "srank": [60, 80, 100, 120]}
 
 
+def test_a_restored_loop_holds_no_map_of_its_checkpoint(tmp_path):
+    """The checkpoint's host arrays are restored as read-only maps of its files; the loop
+    copies what it keeps, so a finished run can delete that checkpoint with nothing mapped."""
+    agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    cfg = TrainConfig(env="cartpole-swingup", max_steps=500, start_steps=20, batch_size=8,
+                      eval_every=500, eval_episodes=1, checkpoint_every=250, action_repeat=4,
+                      diagnostics=False, progress=False, logdir=str(tmp_path))
+    trainer = train.Trainer(agent, cfg)
+    loop = trainer.start()
+    while loop.env_step < 250:
+        trainer.iteration(loop, 0.0)
+    assert trainer.last_checkpoint == 250
+    restored = train.Trainer(agent, cfg).start()  # resumes from the checkpoint at 250
+    host = [restored.obs, restored.actions, *restored.env_rng.values()]
+    assert restored.env_step == 250 and not any(isinstance(a, np.memmap) for a in host)
+    assert all(a.flags.writeable for a in host)
+
+
 def test_a_clip_that_changes_no_weight_changes_nothing_in_the_run(tmp_path):
     """With c large enough that no singular value is outside [1/c, c], a clipped run is the
     run without interventions, bit for bit: clip and no clip stay a paired comparison."""
