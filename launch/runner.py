@@ -81,8 +81,10 @@ def _stop_at_episode_end(trainer: Trainer) -> Callable:
     def handler(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         trainer.stop_requested = True
-        print("SIGTERM: stopping at the next episode end, after a checkpoint there (a second "
-              "SIGTERM stops at once)", file=sys.stderr, flush=True)
+        # Straight to the file descriptor: a print here, arriving while the progress bar writes
+        # to sys.stderr, would be a reentrant call into its buffer (a RuntimeError).
+        os.write(2, b"\nSIGTERM: stopping at the next episode end, after a checkpoint there (a "
+                    b"second SIGTERM stops at once)\n")
 
     return handler
 

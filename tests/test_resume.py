@@ -130,6 +130,7 @@ def test_sigterm_checkpoints_at_the_next_episode_end_then_resume_is_bit_identica
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
+    assert "SIGTERM: stopping at the next episode end" in err, err[-2000:]
     stopped = re.search(r"error: stopped by SIGTERM at env step (\d+), after a checkpoint "
                         r"there; the same command resumes \S+ from it$", err.strip())
     assert stopped, err[-2000:]
