@@ -362,6 +362,9 @@ class Trainer:
         if restored is None:
             return None
         device, host, meta = restored
+        # The host arrays are read-only maps of the checkpoint's files: the buffer copies its
+        # own into its arrays; the loop keeps copies of the rest, so no map outlives this.
+        host = {k: v if k.startswith("buffer/") else np.array(v) for k, v in host.items()}
 
         def group(prefix):
             return {k[len(prefix):]: v for k, v in host.items() if k.startswith(prefix)}
@@ -372,7 +375,7 @@ class Trainer:
             raise CannotResume(f"the checkpoint's replay buffer does not fit this run: {e}") \
                 from None
         self.env.set_rng_state(group("env_rng/"))
-        obs = np.array(host["obs"])  # the host arrays are read-only maps of the checkpoint
+        obs = host["obs"]
         if meta["env_step"] < self.cfg.max_steps:  # the last one may be mid-episode: see save
             obs = self.env.reset()
             if not np.array_equal(obs, host["obs"]):
@@ -387,11 +390,11 @@ class Trainer:
             states=device["states"],
             keys=device["keys"],
             obs=obs,
-            actions=np.array(host["actions"]),
+            actions=host["actions"],
             metric_sums=device["metric_sums"],
             metric_count=meta["metric_count"],
             wall_time=meta["wall_time"],
-            env_rng={k: np.array(v) for k, v in group("env_rng/").items()},  # not the maps
+            env_rng=group("env_rng/"),
         )
 
     def start(self) -> Loop:
