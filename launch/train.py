@@ -132,9 +132,11 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-# Settings that may differ when a run resumes: how it resumes and shows progress, the library
-# versions, and how its logdir is spelled (the run directory itself is the one resumed).
-IGNORED_ON_RESUME = ("resume", "progress", "versions", "earlier_versions", "logdir")
+# Settings that may differ when a run resumes: how it resumes and shows progress, whether its
+# final checkpoint keeps the buffer, the library versions, and how its logdir is spelled (the
+# run directory itself is the one resumed).
+IGNORED_ON_RESUME = ("resume", "progress", "keep_final_buffer", "versions", "earlier_versions",
+                     "logdir")
 
 
 def _set(versions: dict) -> dict:
@@ -332,11 +334,14 @@ class Trainer:
 
     def save(self, loop: Loop) -> None:
         """Checkpoint at an episode boundary (the envs were just reset from `loop.env_rng`), or
-        at the run's last step, which no env step follows (its envs are not restored)."""
+        at the run's last step, which no env step follows (its envs are not restored). That
+        last one, the finished run's final checkpoint, leaves the replay buffer out unless
+        `keep_final_buffer`: nothing trains on it, and it is most of the checkpoint."""
         self.check_divergence(loop)
         device = {"states": loop.states, "keys": loop.keys, "metric_sums": loop.metric_sums}
+        buffer_kept = loop.env_step < self.cfg.max_steps or self.cfg.keep_final_buffer
         host = {f"buffer/{k}": np.asarray(v) for k, v in self.buffer.state_dict().items()
-                if np.ndim(v) > 0}
+                if np.ndim(v) > 0 and buffer_kept}
         host.update({f"env_rng/{k}": np.asarray(v) for k, v in loop.env_rng.items()})
         host.update({f"eval_env_rng/{k}": np.asarray(v)
                      for k, v in self.eval_env.get_rng_state().items()})
@@ -349,6 +354,7 @@ class Trainer:
             "wall_time": loop.wall_time,
             "offsets": self.files.offsets(),
             "buffer_scalars": buffer_scalars,
+            "buffer_kept": buffer_kept,
             "random_actions": self.random_actions.bit_generator.state,
         }
         self.checkpointer.save(loop.env_step, device, host, meta)
@@ -369,11 +375,17 @@ class Trainer:
         def group(prefix):
             return {k[len(prefix):]: v for k, v in host.items() if k.startswith(prefix)}
 
-        try:
-            self.buffer.load_state_dict({**group("buffer/"), **meta["buffer_scalars"]})
-        except ValueError as e:
-            raise CannotResume(f"the checkpoint's replay buffer does not fit this run: {e}") \
-                from None
+        if meta.get("buffer_kept", True):
+            try:
+                self.buffer.load_state_dict({**group("buffer/"), **meta["buffer_scalars"]})
+            except ValueError as e:
+                raise CannotResume(f"the checkpoint's replay buffer does not fit this run: {e}") \
+                    from None
+        elif meta["env_step"] < self.cfg.max_steps:
+            raise CannotResume(f"the checkpoint at env step {meta['env_step']} is a finished "
+                               "run's final one, saved without its replay buffer "
+                               "(--keep_final_buffer=false), so the run cannot train on from "
+                               f"it to --max_steps={self.cfg.max_steps}")
         self.env.set_rng_state(group("env_rng/"))
         obs = host["obs"]
         if meta["env_step"] < self.cfg.max_steps:  # the last one may be mid-episode: see save

@@ -1,5 +1,6 @@
 """run_sac.py end to end, as a user types it: files, intervention events, diagnostics."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -49,8 +50,10 @@ def test_writes_every_file(finished_run):
     mode = stat.S_IMODE((run_dir / "eval.csv").stat().st_mode)
     assert {stat.S_IMODE((run_dir / n).stat().st_mode) for n in ("config.json", "done.json")} \
         == {mode}
-    # A finished run keeps its last checkpoint only: the final agent, replay buffer and all.
+    # A finished run keeps its last checkpoint only: the final agent, without the buffer.
     assert [n for n in os.listdir(run_dir / "checkpoints") if n.isdigit()] == ["2500"]
+    index = json.loads((run_dir / "checkpoints" / "2500" / "host" / "index.json").read_text())
+    assert index and not [name for name in index if name.startswith("buffer/")]
 
 
 def test_eval_rows_and_seed_files(finished_run):
@@ -196,7 +199,8 @@ def test_a_run_stopped_after_its_last_checkpoint_finishes_on_rerun(tmp_path):
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
     before = (run_dir / "eval.csv").read_text()
     (run_dir / "done.json").unlink()
-    proc = run("run_sac.py", *args)
+    # That checkpoint holds no buffer, which nothing needs now; a resume may ask to keep it.
+    proc = run("run_sac.py", *args, "--keep_final_buffer")
     assert "resumed from the checkpoint at env step 400" in proc.stderr
     assert json.loads((run_dir / "done.json").read_text())["env_step"] == 400
     assert (run_dir / "eval.csv").read_text() == before
@@ -317,6 +321,30 @@ def test_a_restored_loop_holds_no_map_of_its_checkpoint(tmp_path):
     host = [restored.obs, restored.actions, *restored.env_rng.values()]
     assert restored.env_step == 250 and not any(isinstance(a, np.memmap) for a in host)
     assert all(a.flags.writeable for a in host)
+
+
+def test_a_final_checkpoint_keeps_the_buffer_only_when_asked(tmp_path):
+    """A finished run's final checkpoint leaves the replay buffer out unless
+    --keep_final_buffer; training on from one without it is refused, not done on an empty
+    buffer (a command line cannot ask for it, since --max_steps must match: this goes
+    around that check)."""
+    agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    for keep in (False, True):
+        cfg = TrainConfig(env="cartpole-swingup", max_steps=250, start_steps=20, batch_size=8,
+                          eval_every=250, eval_episodes=1, checkpoint_every=100, action_repeat=4,
+                          diagnostics=False, progress=False, logdir=str(tmp_path / str(keep)),
+                          keep_final_buffer=keep)
+        train.Trainer(agent, cfg).run()  # one checkpoint, at 250: the first episode end
+        checkpoints = os.path.join(cfg.run_dir, "checkpoints")
+        assert [n for n in os.listdir(checkpoints) if n.isdigit()] == ["250"]
+        with open(os.path.join(checkpoints, "250", "host", "index.json")) as f:
+            assert any(name.startswith("buffer/") for name in json.load(f)) == keep
+        longer = train.Trainer(agent, dataclasses.replace(cfg, max_steps=500))
+        if keep:
+            assert longer.start().env_step == 250 and len(longer.buffer) == 250
+        else:
+            with pytest.raises(train.CannotResume, match="saved without its replay buffer"):
+                longer.start()
 
 
 def test_a_clip_that_changes_no_weight_changes_nothing_in_the_run(tmp_path):

@@ -255,7 +255,7 @@ def same_setting(there: object, now: object) -> bool:
 
 _MISSING = object()
 # Extra flags that change nothing a finished run computed.
-HARMLESS_EXTRA = ("progress", "resume")
+HARMLESS_EXTRA = ("progress", "resume", "keep_final_buffer")
 
 
 def recorded_setting(config: Mapping, name: str) -> object:
