@@ -121,6 +121,12 @@ def test_dry_run_checks_the_settings_and_trains_nothing(tmp_path, name, flags):
               check=False, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(
         "error: --clip_c must be a finite number >= 1")
+
+
+def test_dry_run_checks_the_run_directory(tmp_path):
+    """As a run checks it, in the code both run scripts share (launch/runner.py)."""
+    name, flags = "run_sac.py", FAST_SAC
+    proc = run(name, *flags, f"--logdir={tmp_path}/runs", "--dry_run", timeout=60)
     run_dir = proc.stdout.split("settings checked; ")[1].split(" would be trained")[0]
     os.makedirs(run_dir)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
