@@ -12,12 +12,16 @@ import sys
 import warnings
 from pathlib import Path
 
+import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+
+# isort: split
 from absl import app, flags
 
 from analysis.datasets import load_datasets
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.report import write_tables
 from analysis.summary import Settings, check_settings, summarize
+from launch import ctrl_c
 from launch.config import one_line_flag_parser
 
 FLAGS = flags.FLAGS
@@ -94,6 +98,7 @@ def run(collected: list[str]) -> None:
 
 
 def main(argv: list[str]) -> None:
+    ctrl_c.deliver()  # raises one held while this script imported its libraries
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; pass everything as --flags",
               file=sys.stderr)

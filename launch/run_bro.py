@@ -12,6 +12,9 @@ to <logdir>/bro/<env>/<run_name>/ as for run_sac.py.
 import dataclasses
 import sys
 
+import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+
+# isort: split
 from absl import app, flags
 
 from agents import bro

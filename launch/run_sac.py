@@ -9,6 +9,9 @@ diverged.json when training diverged, and .lock, held while a process trains the
 
 import dataclasses
 
+import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+
+# isort: split
 from absl import app, flags
 
 from agents import sac

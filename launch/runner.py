@@ -19,6 +19,7 @@ from absl import flags, logging
 
 from agents import make_agent
 from envs import UnknownEnvError, check_env_name
+from launch import ctrl_c
 from launch.config import (
     ConfigError,
     TrainConfig,
@@ -106,6 +107,7 @@ def main(
                             category=RuntimeWarning)
     sys.unraisablehook = _without_closed_loop_callbacks(sys.unraisablehook)
     try:
+        ctrl_c.deliver()  # raises one held while the script imported its libraries
         _main(argv, agent_name, agent_config, adjust, warn_schedule)
     except KeyboardInterrupt:  # during the checks and the agent's construction
         _interrupted("interrupted before training started")

@@ -14,9 +14,13 @@ flags (one line), 130 Ctrl-C (which stops following the jobs, not the jobs).
 import os
 import sys
 
+import launch.startup as startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+
+# isort: split
 from absl import app, flags, logging
 
 from envs import UnknownEnvError
+from launch import ctrl_c
 from launch.config import one_line_flag_parser
 from launch.sweep_lib.grid import (
     AGENTS,
@@ -203,6 +207,7 @@ def run(trailing: list[str]) -> int:
 def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     try:
+        ctrl_c.deliver()  # raises one held while this script imported its libraries
         sys.exit(run(argv[1:]))
     except (SweepError, UnknownEnvError) as e:
         print(f"sweep: {e}", file=sys.stderr)

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from agents import Agent
 from agents.common import Batch
 from envs import make_vector_env
+from launch import ctrl_c
 from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
 from launch.config import ConfigError, TrainConfig
@@ -490,6 +491,7 @@ class Trainer:
         started = time.time() - loop.wall_time
         try:
             while loop.env_step < cfg.max_steps:
+                ctrl_c.raise_dropped()  # a Ctrl-C that Python dropped in a callback
                 returns = self.iteration(loop, started)
                 if returns is not None:
                     last_return = float(np.mean(returns))

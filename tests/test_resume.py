@@ -1,6 +1,7 @@
 """Checkpoints and resume: SIGKILL at a random moment or while saving, then the same command
 again, must write eval.csv returns identical bit for bit to an uninterrupted run."""
 
+import gc
 import json
 import os
 import random
@@ -13,6 +14,10 @@ import time
 import jax
 import pytest
 
+from agents import make_agent
+from agents.sac import SACConfig
+from launch import ctrl_c, train
+from launch.config import TrainConfig
 from tests.runs import FAST_SAC, REPO, read_csv, run, script
 
 # 2 seeds, UTD 2, 125-step episodes (action repeat 8), a checkpoint at every episode end, and
@@ -281,6 +286,77 @@ def test_a_ctrl_c_during_a_compilation_exits_130_without_crashing():
     assert "compiled before" not in proc.stdout, "the Ctrl-C came too late to test anything"
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.rstrip().endswith("error: interrupted"), proc.stderr
+
+
+CTRL_C_IN_THE_IMPORTS = """
+import os, runpy, signal, sys
+
+class CtrlC:  # a Ctrl-C as the script starts importing numpy (jax, dm_control, scipy need it)
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            os.kill(os.getpid(), signal.SIGINT)
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("name, flags, message", [
+    ("run_sac.py", ["--env=cartpole-swingup"], "error: interrupted before training started"),
+    ("run_bro.py", ["--env=cartpole-swingup"], "error: interrupted before training started"),
+    ("sweep.py", ["--envs=cartpole-swingup"], "\ninterrupted; nothing was launched"),
+    ("aggregate.py", [], "error: interrupted (Ctrl-C)")],
+    ids=["run_sac", "run_bro", "sweep", "aggregate"])
+def test_a_ctrl_c_while_a_script_imports_its_libraries_is_held_until_they_are_in(
+        tmp_path, name, flags, message):
+    """A KeyboardInterrupt raised in the middle of jaxlib's initialisation crashed the
+    interpreter (SIGSEGV, SIGABRT); a Ctrl-C is held there and raised once the script's main
+    starts, which answers it in one line and exit 130, with nothing written."""
+    logdir = tmp_path / "runs"
+    where = [f"--runs={logdir}"] if name == "aggregate.py" else [f"--logdir={logdir}"]
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_IN_THE_IMPORTS, script(name), *flags,
+                           *where], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert (proc.returncode, proc.stdout, proc.stderr.strip()) == (130, "", message.strip())
+    assert not logdir.exists()
+
+
+def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_path):
+    """Python drops a KeyboardInterrupt raised in a garbage-collector callback (JAX has one)
+    or a ctypes one (dm_control's MuJoCo warnings), printing "Exception ignored": the run
+    scripts went on training. The loop raises it at its next env step."""
+    agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    trainer = train.Trainer(agent, TrainConfig(
+        env="cartpole-swingup", max_steps=100, start_steps=20, batch_size=8, eval_every=100,
+        eval_episodes=1, diagnostics=False, progress=False, logdir=str(tmp_path)))
+    previous = (signal.getsignal(signal.SIGINT), sys.unraisablehook, sys.excepthook)
+    steps = []
+
+    def ctrl_c_in_a_callback(phase, info):
+        gc.callbacks.remove(ctrl_c_in_a_callback)
+        signal.raise_signal(signal.SIGINT)  # its handler runs here, inside the callback
+        steps.append(loop.env_step)
+
+    iteration = trainer.iteration
+
+    def iterate(loop_, started):
+        if loop_.env_step == 50:
+            gc.callbacks.append(ctrl_c_in_a_callback)
+            gc.collect()
+        return iteration(loop_, started)
+
+    ctrl_c.hold()
+    try:
+        ctrl_c.deliver()
+        trainer.iteration = iterate
+        loop = trainer.start()
+        trainer.start = lambda: loop
+        with pytest.raises(KeyboardInterrupt):
+            trainer.run()
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        sys.unraisablehook, sys.excepthook = previous[1:]
+    assert steps == [] and loop.env_step == 51, "dropped in the callback, raised at step 51"
 
 
 def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
