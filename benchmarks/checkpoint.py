@@ -83,7 +83,8 @@ def directory_bytes(path: str) -> int:
 def main(_):
     with tempfile.TemporaryDirectory() as logdir:
         cfg = TrainConfig(agent="sac", env=FLAGS.env, num_seeds=FLAGS.num_seeds,
-                          buffer_capacity=FLAGS.capacity, logdir=logdir, progress=False)
+                          buffer_capacity=FLAGS.capacity, logdir=logdir, progress=False,
+                          keep_final_buffer=True)  # saved at max_steps too: a full buffer
         trainer = Trainer(make_agent("sac"), cfg)
         loop = trainer.start()
         start = time.perf_counter()

@@ -190,8 +190,8 @@ def test_settings_that_cannot_change_results_do_not_warn(tmp_path):
     write_project_run(tmp_path / "a", "cheetah-run", "none-utd1-seed0", {0: curve(0)})
     mine = write_project_run(tmp_path / "a", "cheetah-run", "mine", {3: curve(1), 4: curve(2)},
                              seed=3, num_seeds=2, resume="never", progress=False,
-                             checkpoint_every=5_000, log_every=500, diagnostics=False,
-                             dormant_taus=[0.1], srank_threshold=0.9,
+                             checkpoint_every=5_000, keep_final_buffer=True, log_every=500,
+                             diagnostics=False, dormant_taus=[0.1], srank_threshold=0.9,
                              diagnostics_batch_size=1024, clip_c=2.0,
                              clip_method="newton_schulz", intervention_every=100_000,
                              versions=dict(jax="0.4.30", XLA_FLAGS="--xla_foo"),
