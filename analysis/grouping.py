@@ -53,11 +53,12 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]
 # and a shorter run only leaves out those at or past its end, so intervention_steps are compared
 # below the shortest run's max_steps: BRO records its resets cut to the run's length), where and
 # under which name the run is written, how it resumes, shows progress and checkpoints (a resumed
-# run continues exactly; whether its final checkpoint keeps the buffer), what it logs besides evaluations (train.csv every log_every steps;
-# diagnostics.csv, whose replay batch has its own generator, with its dormant_taus,
-# srank_threshold and diagnostics_batch_size), and the library versions. eval_every,
-# eval_episodes and eval_seed_offset do count: they set which steps are evaluated (the steps
-# curves share, the evaluation a run is scored by) and what one evaluation averages over.
+# run continues exactly; whether its final checkpoint keeps the buffer), what it logs besides
+# evaluations (train.csv every log_every steps; diagnostics.csv, whose replay batch has its own
+# generator, with its dormant_taus, srank_threshold and diagnostics_batch_size), and the library
+# versions. eval_every, eval_episodes and eval_seed_offset do count: they set which steps are
+# evaluated (the steps curves share, the evaluation a run is scored by) and what one evaluation
+# averages over.
 IGNORED_SETTINGS = ("seed", "num_seeds", "env", "max_steps", "logdir", "run_name", "resume",
                     "progress", "checkpoint_every", "keep_final_buffer", "log_every",
                     "diagnostics", "dormant_taus", "srank_threshold", "diagnostics_batch_size",
