@@ -9,67 +9,69 @@ raised inside a garbage-collector callback (JAX registers one) or a ctypes callb
 (dm_control's MuJoCo warnings) is printed as "Exception ignored" and dropped: 4 of those 25
 runs went on training.
 
-`hold()`, which each script calls before its other imports (`import launch.startup`), holds a
-Ctrl-C (a second one stops the process at once) until the script's main calls `deliver()`.
-Nothing else calls it: a notebook that imports this package keeps its own Ctrl-C. From then on
-a Ctrl-C raises KeyboardInterrupt and is also recorded, and `raise_dropped()`, which the
-training loop calls at every env step, raises one that Python dropped (printing no "Exception
-ignored" traceback for it). A KeyboardInterrupt that no code catches ends the process with one
-`error:` line and exit code 130, not a traceback. A process that starts with SIGINT ignored (one
-a shell started in the background) keeps ignoring it. A Ctrl-C in the first hundredths of a
-second, while Python itself starts, before any of this runs, still gives a traceback.
+`hold()`, which `launch/startup.py` calls before a script's other imports when that script is
+the program (not when a test or a notebook imports it), holds a Ctrl-C (a second one stops the
+process at once) until the script's main calls `deliver()`, and from then on records a
+KeyboardInterrupt that Python drops (instead of printing it as "Exception ignored"), which
+`raise_dropped()`, called by the training loop at every env step, raises. A process that never
+calls `hold()` keeps Python's Ctrl-C as it is. After `hold()`, a KeyboardInterrupt that no
+code catches ends the process with one `error:` line and exit code 130, not a traceback. A
+process that starts with SIGINT ignored (one a shell started in the background) keeps ignoring
+it. A Ctrl-C in the first hundredths of a second, while Python itself starts, before any of
+this runs, still gives a traceback.
 """
 
 import os
 import signal
 import sys
 
-_received = False  # a Ctrl-C came that no KeyboardInterrupt has answered yet
+_pending = False  # a Ctrl-C held during the imports, or one Python dropped, not raised since
 
 
 def _hold(signum, frame) -> None:
-    global _received
-    _received = True
+    global _pending
+    _pending = True
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C is not held
 
 
-def _raise(signum, frame) -> None:
-    global _received
-    _received = True
-    raise KeyboardInterrupt
+def _recording_drops(hook):
+    """sys.unraisablehook that records a KeyboardInterrupt Python dropped, for `raise_dropped`,
+    instead of printing it as "Exception ignored"; anything else goes to `hook`."""
 
+    def record(unraisable) -> None:
+        global _pending
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type,
+                                                          KeyboardInterrupt):
+            _pending = True
+        else:
+            hook(unraisable)
 
-def raise_dropped() -> None:
-    """Raise KeyboardInterrupt for a Ctrl-C that came and was not answered by one."""
-    global _received
-    if _received:
-        _received = False
-        raise KeyboardInterrupt
+    return record
 
 
 def hold() -> None:
-    """Hold a Ctrl-C until `deliver()`; one that reaches the top later is one line, and one
-    that Python drops (`raise_dropped` raises it) prints no "Exception ignored" traceback."""
+    """Hold a Ctrl-C until `deliver()`, record the ones Python drops, and make one that
+    reaches the top one line."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _hold)
     sys.excepthook = _ctrl_c_in_one_line
-    sys.unraisablehook = _without_dropped_ctrl_c(sys.unraisablehook)
-
-
-def _without_dropped_ctrl_c(hook):
-    def quiet(unraisable) -> None:
-        if unraisable.exc_type is not KeyboardInterrupt:
-            hook(unraisable)
-
-    return quiet
+    sys.unraisablehook = _recording_drops(sys.unraisablehook)
 
 
 def deliver() -> None:
-    """From now on a Ctrl-C raises KeyboardInterrupt (and is recorded, for `raise_dropped`);
-    one held so far is raised now."""
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, _raise)
+    """From now on a Ctrl-C raises KeyboardInterrupt (Python's own handler again); one held
+    so far is raised now."""
+    if signal.getsignal(signal.SIGINT) is _hold or _pending:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     raise_dropped()
+
+
+def raise_dropped() -> None:
+    """Raise KeyboardInterrupt for a Ctrl-C that was held or dropped and not raised since."""
+    global _pending
+    if _pending:
+        _pending = False
+        raise KeyboardInterrupt
 
 
 def _ctrl_c_in_one_line(kind, value, traceback, previous=sys.excepthook) -> None:

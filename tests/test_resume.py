@@ -321,7 +321,20 @@ def test_a_ctrl_c_while_a_script_imports_its_libraries_is_held_until_they_are_in
     assert not logdir.exists()
 
 
-def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_path):
+def test_importing_a_script_as_a_module_leaves_ctrl_c_as_it_is():
+    """Held and recorded only where the script is the program: a test or a notebook that
+    imports one keeps Python's Ctrl-C, tracebacks and "Exception ignored" lines."""
+    code = ("import signal, sys, launch.run_bro\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler,\n"
+            "      sys.excepthook is sys.__excepthook__,\n"
+            "      sys.unraisablehook is sys.__unraisablehook__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert proc.stdout.split() == ["True", "True", "True"], proc.stderr
+
+
+def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_path,
+                                                                          monkeypatch):
     """Python drops a KeyboardInterrupt raised in a garbage-collector callback (JAX has one)
     or a ctypes one (dm_control's MuJoCo warnings), printing "Exception ignored": the run
     scripts went on training. The loop raises it at its next env step."""
@@ -329,12 +342,14 @@ def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_pa
     trainer = train.Trainer(agent, TrainConfig(
         env="cartpole-swingup", max_steps=100, start_steps=20, batch_size=8, eval_every=100,
         eval_episodes=1, diagnostics=False, progress=False, logdir=str(tmp_path)))
-    previous = (signal.getsignal(signal.SIGINT), sys.unraisablehook, sys.excepthook)
+    for name in ("unraisablehook", "excepthook"):  # put back after the test, as is
+        monkeypatch.setattr(sys, name, getattr(sys, name))
+    monkeypatch.setattr(ctrl_c, "_pending", False)
     steps = []
 
     def ctrl_c_in_a_callback(phase, info):
         gc.callbacks.remove(ctrl_c_in_a_callback)
-        signal.raise_signal(signal.SIGINT)  # its handler runs here, inside the callback
+        signal.raise_signal(signal.SIGINT)  # its handler raises here, inside the callback
         steps.append(loop.env_step)
 
     iteration = trainer.iteration
@@ -345,8 +360,9 @@ def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_pa
             gc.collect()
         return iteration(loop_, started)
 
-    ctrl_c.hold()
+    previous = signal.getsignal(signal.SIGINT)
     try:
+        ctrl_c.hold()  # as a run script does
         ctrl_c.deliver()
         trainer.iteration = iterate
         loop = trainer.start()
@@ -354,8 +370,7 @@ def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_pa
         with pytest.raises(KeyboardInterrupt):
             trainer.run()
     finally:
-        signal.signal(signal.SIGINT, previous[0])
-        sys.unraisablehook, sys.excepthook = previous[1:]
+        signal.signal(signal.SIGINT, previous)
     assert steps == [] and loop.env_step == 51, "dropped in the callback, raised at step 51"
 
 
