@@ -387,6 +387,10 @@ class Trainer:
                                "run's final one, saved without its replay buffer "
                                "(--keep_final_buffer=false), so the run cannot train on from "
                                f"it to --max_steps={self.cfg.max_steps}")
+        elif self.cfg.keep_final_buffer:
+            print(f"warning: the final checkpoint at env step {meta['env_step']} was written "
+                  "without its replay buffer, which --keep_final_buffer cannot bring back",
+                  file=sys.stderr)
         self.env.set_rng_state(group("env_rng/"))
         obs = host["obs"]
         if meta["env_step"] < self.cfg.max_steps:  # the last one may be mid-episode: see save

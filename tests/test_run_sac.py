@@ -199,9 +199,12 @@ def test_a_run_stopped_after_its_last_checkpoint_finishes_on_rerun(tmp_path):
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
     before = (run_dir / "eval.csv").read_text()
     (run_dir / "done.json").unlink()
-    # That checkpoint holds no buffer, which nothing needs now; a resume may ask to keep it.
+    # That checkpoint holds no buffer, which nothing needs now; a resume may ask to keep it,
+    # and is told that it is gone.
     proc = run("run_sac.py", *args, "--keep_final_buffer")
     assert "resumed from the checkpoint at env step 400" in proc.stderr
+    assert "warning: the final checkpoint at env step 400 was written without its replay " \
+        "buffer, which --keep_final_buffer cannot bring back" in proc.stderr
     assert json.loads((run_dir / "done.json").read_text())["env_step"] == 400
     assert (run_dir / "eval.csv").read_text() == before
 
