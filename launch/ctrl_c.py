@@ -54,7 +54,7 @@ def hold() -> None:
     reaches the top one line."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _hold)
-    sys.excepthook = _ctrl_c_in_one_line
+    sys.excepthook = _ctrl_c_in_one_line(sys.excepthook)
     sys.unraisablehook = _recording_drops(sys.unraisablehook)
 
 
@@ -74,14 +74,19 @@ def raise_dropped() -> None:
         raise KeyboardInterrupt
 
 
-def _ctrl_c_in_one_line(kind, value, traceback, previous=sys.excepthook) -> None:
-    """sys.excepthook: a KeyboardInterrupt that reached the top is one line and exit 130."""
-    if not issubclass(kind, KeyboardInterrupt):
-        previous(kind, value, traceback)
-        return
-    try:
-        sys.stdout.flush()
-    except OSError:  # a closed pipe
-        pass
-    print("error: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
-    os._exit(130)
+def _ctrl_c_in_one_line(hook):
+    """sys.excepthook: a KeyboardInterrupt that reached the top is one line and exit 130 (with
+    no interpreter shutdown, as `runner._interrupted`); anything else goes to `hook`."""
+
+    def one_line(kind, value, traceback) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            hook(kind, value, traceback)
+            return
+        try:
+            sys.stdout.flush()
+        except OSError:  # a closed pipe
+            pass
+        print("error: interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        os._exit(130)
+
+    return one_line
