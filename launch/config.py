@@ -19,6 +19,7 @@ from replay.buffer import MAX_CAPACITY
 INTERVENTIONS = ("none", "reset", "clip")
 CLIP_METHODS = ("svd", "newton_schulz")
 CLIP_SIDES = ("both", "upper", "lower")
+CLIP_OPT_STATES = ("keep", "reset")
 RESUME_MODES = ("auto", "never", "must")
 HELP_FLAGS = {"help", "?", "helpshort", "helpfull", "helpxml"}
 # Transitions one update call samples and transfers (seeds x utd x batch): 2**31 of them are
@@ -78,6 +79,7 @@ class TrainConfig:
     clip_method: str = "svd"
     clip_sides: str = "both"
     clip_parts: tuple[str, ...] = ()
+    clip_opt_state: str = "keep"
     clip_ns_steps: int = 20  # interventions.DEFAULT_NS_STEPS (this module does not import jax)
     checkpoint_every: int = 50_000
     keep_final_buffer: bool = False
@@ -147,6 +149,7 @@ def validate(cfg: TrainConfig) -> None:
     _choice("intervention", cfg.intervention, INTERVENTIONS)
     _choice("clip_method", cfg.clip_method, CLIP_METHODS)
     _choice("clip_sides", cfg.clip_sides, CLIP_SIDES)
+    _choice("clip_opt_state", cfg.clip_opt_state, CLIP_OPT_STATES)
     _choice("resume", cfg.resume, RESUME_MODES)
     if not 1 <= cfg.clip_c < math.inf:
         raise ConfigError(
@@ -302,6 +305,10 @@ def define_flags(defaults: TrainConfig) -> None:
                       "parameters only (e.g. actor.params; no optimizer state); empty = the "
                       "agent's default (online actor(s), online critic, target critic; BRO "
                       "also clips its optimistic actor).")
+    flags.DEFINE_enum("clip_opt_state", d.clip_opt_state, list(CLIP_OPT_STATES),
+                      "What a clip does with the optimizer state (Adam's moments and step "
+                      "count) of each network it clips: keep it (SPEC.md), or reset it to its "
+                      "initial value, as a reset does; the target critic has none.")
     flags.DEFINE_integer("clip_ns_steps", d.clip_ns_steps, "Polar Express iterations per matrix "
                          "sign with --clip_method=newton_schulz (SPEC's coefficients are for 8; "
                          "steps past 8 repeat the last; the default meets the paper's error on "

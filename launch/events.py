@@ -61,6 +61,28 @@ def check_clip_parts(agent: Agent, cfg: TrainConfig) -> None:
                               f"default: {','.join(agent.clip_parts)}")
 
 
+def optimizer_owners(state, paths) -> list[str]:
+    """The parts that hold the optimizer of each path's parameters: the nearest part at or
+    above the path with an `opt_state` and its `tx` (a flax TrainState: "actor" for
+    "actor.params"), once each; a path with none (the target critic's) gives none."""
+    owners = []
+    for path in paths:
+        names = path.split(".")
+        for n in range(len(names), 0, -1):
+            owner = ".".join(names[:n])
+            node = get_part(state, owner)
+            if hasattr(node, "opt_state") and hasattr(node, "tx"):
+                if owner not in owners:
+                    owners.append(owner)
+                break
+    return owners
+
+
+def _initial_opt_state(train_state):
+    """A seed-vmapped TrainState with its optimizer state as `tx.init` gives it."""
+    return train_state.replace(opt_state=jax.vmap(train_state.tx.init)(train_state.params))
+
+
 def _event(agent: Agent, cfg: TrainConfig, init_fn: Callable, init_keys: jax.Array) -> Callable:
     """`(states, env_step) -> states`: SingularClip, or a reset of the agent's reset parts.
 
@@ -73,8 +95,15 @@ def _event(agent: Agent, cfg: TrainConfig, init_fn: Callable, init_keys: jax.Arr
             singular_clip, c=cfg.clip_c, sides=cfg.clip_sides, method=cfg.clip_method,
             ns_steps=cfg.clip_ns_steps,
         )
-        clip_parts = jax.jit(lambda states: map_parts(states, cfg.clip_parts or agent.clip_parts,
-                                                      clip))
+        parts = cfg.clip_parts or agent.clip_parts
+
+        def clip_parts(states):
+            states = map_parts(states, parts, clip)
+            if cfg.clip_opt_state == "reset":
+                states = map_parts(states, optimizer_owners(states, parts), _initial_opt_state)
+            return states
+
+        clip_parts = jax.jit(clip_parts)
         return lambda states, env_step: clip_parts(states)
     if agent.reset_to == "initial":
         return lambda states, env_step: initial_reset(

@@ -436,12 +436,14 @@ def test_a_diverged_run_is_left_out_of_the_curves_instead_of_cutting_them(tmp_pa
 def test_runs_recorded_before_a_setting_existed_group_by_the_value_they_ran_with(tmp_path):
     write_project_run(tmp_path, "cheetah-run", "old", {0: curve(0)})  # no init_scale recorded
     write_project_run(tmp_path, "cheetah-run", "new", {1: curve(1)}, clip_ns_steps=8,
+                      clip_opt_state="reset",
                       agent_config=dict(hidden_dims=[256, 256], init_scale=0.5))
     _, runs = load_runs(tmp_path / "sac" / "cheetah-run")
-    groups = group_runs(runs, ["agent_config.init_scale", "clip_ns_steps"])
+    groups = group_runs(runs, ["agent_config.init_scale", "clip_ns_steps", "clip_opt_state"])
     assert {label: [r.run_id for r in rs] for label, rs in groups.items()} == {
-        "agent_config.init_scale=0.5,clip_ns_steps=8": ["new/seed1"],
-        "agent_config.init_scale=1.4142135623730951,clip_ns_steps=20": ["old/seed0"]}
+        "agent_config.init_scale=0.5,clip_ns_steps=8,clip_opt_state=reset": ["new/seed1"],
+        "agent_config.init_scale=1.4142135623730951,clip_ns_steps=20,clip_opt_state=keep":
+            ["old/seed0"]}
 
 
 def test_missing_runs_of_a_sweep_are_warned_about_across_tasks_and_groups(tmp_path):

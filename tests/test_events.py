@@ -81,3 +81,23 @@ def test_clip_ns_steps_reaches_the_newton_schulz_clip(setup):
 
 def test_the_config_default_is_the_library_default():
     assert TrainConfig().clip_ns_steps == DEFAULT_NS_STEPS
+
+
+@pytest.mark.parametrize("opt_state", ["keep", "reset"])
+def test_a_clip_keeps_or_resets_the_optimizer_state_of_the_networks_it_clips(setup, opt_state):
+    """SPEC.md: the clip keeps optimizer state, and that is a config choice. With "reset",
+    each clipped network's Adam moments and step count go back to `tx.init`'s; the
+    temperature, which is not clipped, keeps its own, and the target critic has none."""
+    agent, init_fn, keys, first, trained = setup
+    cfg = TrainConfig(intervention="clip", intervention_every=100, num_seeds=2, clip_c=1.2,
+                      clip_opt_state=opt_state)
+    new, _ = build_intervention(agent, cfg, init_fn, keys).apply(trained, 100)
+    kernel = lambda s: np.asarray(s.actor.params["MLP_0"]["Dense_1"]["kernel"])
+    assert not np.allclose(kernel(new), kernel(trained)), "clipped either way"
+    for part in ("actor", "critic"):
+        expected = getattr(trained if opt_state == "keep" else first, part).opt_state
+        for a, b in zip(leaves(getattr(new, part).opt_state), leaves(expected), strict=True):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(leaves(new.temp), leaves(trained.temp), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert int(new.actor.step[0]) == 3, "the TrainState's own step counts on"
