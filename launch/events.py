@@ -84,7 +84,9 @@ def _initial_opt_state(train_state):
 
 
 def _event(agent: Agent, cfg: TrainConfig, init_fn: Callable, init_keys: jax.Array) -> Callable:
-    """`(states, env_step) -> states`: SingularClip, or a reset of the agent's reset parts.
+    """`(states, env_step) -> states`: SingularClip (with `clip_opt_state="reset"`, then the
+    clipped networks' optimizer states back to their initial values), or a reset of the
+    agent's reset parts.
 
     `init_fn(keys)` is the jitted, seed-vmapped init the run started from. An "initial" reset
     calls it with the run's own keys, through the same compiled init, so the weights are
@@ -97,14 +99,14 @@ def _event(agent: Agent, cfg: TrainConfig, init_fn: Callable, init_keys: jax.Arr
         )
         parts = cfg.clip_parts or agent.clip_parts
 
-        def clip_parts(states):
+        @jax.jit
+        def clip_event(states):
             states = map_parts(states, parts, clip)
             if cfg.clip_opt_state == "reset":
                 states = map_parts(states, optimizer_owners(states, parts), _initial_opt_state)
             return states
 
-        clip_parts = jax.jit(clip_parts)
-        return lambda states, env_step: clip_parts(states)
+        return lambda states, env_step: clip_event(states)
     if agent.reset_to == "initial":
         return lambda states, env_step: initial_reset(
             states, init_fn(init_keys), agent.reset_parts)
