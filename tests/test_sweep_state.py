@@ -312,3 +312,16 @@ def test_a_dry_run_refused_only_because_its_run_is_in_use_passes(monkeypatch):
     submit.check_flags([JobSpec("sac", "cheetah-run", "none", 1, 0, 1)], "/logs", emit=shown.append)
     assert shown[1].startswith("sac/cheetah-run/none-utd1-seed0: error: /logs/x is being trained "
                                "by pid 7") and "the next launch of the sweep reruns it" in shown[1]
+
+
+def test_following_the_jobs_raises_a_ctrl_c_that_python_dropped(monkeypatch):
+    """As the training loop does (launch/ctrl_c.py): the sweep then stops following."""
+    from launch import ctrl_c
+
+    key = "sac/cheetah-run/none-utd1-seed0"
+    polls = iter([Status("running", "", {}), Status("done", "", {})])
+    monkeypatch.setattr(submit, "collect", lambda paths, keys: {key: next(polls)})
+    monkeypatch.setattr(ctrl_c, "_pending", True)
+    with pytest.raises(KeyboardInterrupt):
+        submit.watch(None, [key], poll_s=0.0, emit=lambda line: None)
+    assert ctrl_c._pending is False

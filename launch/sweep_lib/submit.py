@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 import submitit
 
+from launch import ctrl_c
 from launch.run_files import EXIT_IN_USE, with_added_settings, with_resolved_settings
 from launch.sweep_lib.grid import JobSpec, SweepError, extra_settings
 from launch.sweep_lib.job import LocalWorker, RunJob
@@ -222,6 +223,7 @@ def watch(paths: SweepPaths, keys: Sequence[str], poll_s: float = 2.0,
     """Follow the jobs until each is done, failed or interrupted; a line per state change."""
     seen: dict[str, tuple[str, str]] = {}
     while True:
+        ctrl_c.raise_dropped()  # a Ctrl-C that Python dropped in a callback since the last poll
         statuses = collect(paths, keys)
         for key, status in statuses.items():
             if seen.get(key) != (status.state, status.detail):
