@@ -340,22 +340,21 @@ class Trainer:
         `keep_final_buffer`: nothing trains on it, and it is most of the checkpoint."""
         self.check_divergence(loop)
         device = {"states": loop.states, "keys": loop.keys, "metric_sums": loop.metric_sums}
-        buffer_kept = loop.env_step < self.cfg.max_steps or self.cfg.keep_final_buffer
-        host = {f"buffer/{k}": np.asarray(v) for k, v in self.buffer.state_dict().items()
-                if np.ndim(v) > 0 and buffer_kept}
+        buffer = self.buffer.state_dict()
+        keep_buffer = loop.env_step < self.cfg.max_steps or self.cfg.keep_final_buffer
+        host = {f"buffer/{k}": np.asarray(v) for k, v in buffer.items()
+                if np.ndim(v) > 0 and keep_buffer}
         host.update({f"env_rng/{k}": np.asarray(v) for k, v in loop.env_rng.items()})
         host.update({f"eval_env_rng/{k}": np.asarray(v)
                      for k, v in self.eval_env.get_rng_state().items()})
         host.update(obs=loop.obs, actions=loop.actions)
-        buffer_scalars = {k: int(v) for k, v in self.buffer.state_dict().items()
-                          if np.ndim(v) == 0}
+        buffer_scalars = {k: int(v) for k, v in buffer.items() if np.ndim(v) == 0}
         meta = {
             "env_step": loop.env_step,
             "metric_count": loop.metric_count,
             "wall_time": loop.wall_time,
             "offsets": self.files.offsets(),
             "buffer_scalars": buffer_scalars,
-            "buffer_kept": buffer_kept,
             "random_actions": self.random_actions.bit_generator.state,
         }
         self.checkpointer.save(loop.env_step, device, host, meta)
@@ -376,7 +375,7 @@ class Trainer:
         def group(prefix):
             return {k[len(prefix):]: v for k, v in host.items() if k.startswith(prefix)}
 
-        if meta.get("buffer_kept", True):
+        if group("buffer/"):  # a finished run's final checkpoint may hold none: see save
             try:
                 self.buffer.load_state_dict({**group("buffer/"), **meta["buffer_scalars"]})
             except ValueError as e:
