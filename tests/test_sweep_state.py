@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from launch import ctrl_c
 from launch.sweep_lib import submit
 from launch.sweep_lib.grid import JobSpec, SweepError
 from launch.sweep_lib.job import last_line
@@ -316,8 +317,6 @@ def test_a_dry_run_refused_only_because_its_run_is_in_use_passes(monkeypatch):
 
 def test_following_the_jobs_raises_a_ctrl_c_that_python_dropped(monkeypatch):
     """As the training loop does (launch/ctrl_c.py): the sweep then stops following."""
-    from launch import ctrl_c
-
     key = "sac/cheetah-run/none-utd1-seed0"
     polls = iter([Status("running", "", {}), Status("done", "", {})])
     monkeypatch.setattr(submit, "collect", lambda paths, keys: {key: next(polls)})
