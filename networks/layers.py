@@ -30,7 +30,8 @@ for 1 and 4 SAC seeds and 1 BRO seed, but compiling SAC's update for 16 seeds di
 within 50 seconds, nor BRO's for 4 seeds within the rest of a 100-second run, where flax's
 layers had compiled and run at those sizes. With the CPU rules on the CPU only, SAC's update
 compiled there in 4.0, 6.3 and 6.5 s for 1, 4 and 16 seeds; BRO's default-size update gave
-no result within 75 s (README).
+no result within 75 s in that session and compiled in 12.0-17.7 s for 1-16 seeds in a later
+one (benchmarks/README.md).
 
 The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
 Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
