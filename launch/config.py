@@ -104,6 +104,15 @@ class TrainConfig:
         return os.path.join(self.logdir, self.agent, self.env, self.name)
 
 
+# Each run script's defaults where they differ from TrainConfig's (SPEC.md); sweeps read them
+# too, so that a grid leaving out --utds or --interventions gets what the run script would.
+SAC_DEFAULTS = TrainConfig(agent="sac", utd=1, batch_size=256, start_steps=10_000,
+                           intervention="none", intervention_every=200_000)
+BRO_DEFAULTS = TrainConfig(agent="bro", utd=10, batch_size=128, start_steps=2_500,
+                           eval_every=25_000, intervention="reset")
+AGENT_DEFAULTS = {"sac": SAC_DEFAULTS, "bro": BRO_DEFAULTS}
+
+
 def _choice(name: str, value: str, accepted: Sequence[str]) -> None:
     if value not in accepted:
         raise ConfigError(f"--{name}={value!r} is not accepted; use one of: {', '.join(accepted)}")

@@ -21,10 +21,8 @@ from agents import bro
 from envs import make_env
 from interventions import BRO_RESET_STEPS, bro_reset_steps
 from launch import config, runner
-from launch.config import TrainConfig, define_flags
+from launch.config import BRO_DEFAULTS, TrainConfig, define_flags
 
-BRO_DEFAULTS = TrainConfig(agent="bro", utd=10, batch_size=128, start_steps=2_500,
-                           eval_every=25_000, intervention="reset")
 _DEFAULT = bro.BROConfig()
 _HELP = {
     "critic_width": "Width of each critic BroNet.",

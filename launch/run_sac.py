@@ -16,10 +16,8 @@ from absl import app, flags
 
 from agents import sac
 from launch import config, runner
-from launch.config import TrainConfig, define_flags
+from launch.config import SAC_DEFAULTS, define_flags
 
-SAC_DEFAULTS = TrainConfig(agent="sac", utd=1, batch_size=256, start_steps=10_000,
-                           intervention="none", intervention_every=200_000)
 _DEFAULT = sac.SACConfig()
 
 define_flags(SAC_DEFAULTS)

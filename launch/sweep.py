@@ -21,7 +21,7 @@ from absl import app, flags, logging
 
 from envs import UnknownEnvError
 from launch import ctrl_c
-from launch.config import one_line_flag_parser
+from launch.config import AGENT_DEFAULTS, one_line_flag_parser
 from launch.sweep_lib.grid import (
     AGENTS,
     DEFAULT_SCRIPT_DIR,
@@ -58,8 +58,12 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("agent", "sac", list(AGENTS), "Agent: its run script is launch/run_<agent>.py.")
 flags.DEFINE_list("envs", [], "dm_control tasks as domain-task.")
 flags.DEFINE_list("preset", [], f"Task lists: {', '.join(PRESETS)}.")
-flags.DEFINE_list("interventions", ["none"], f"Any of {', '.join(INTERVENTIONS)}.")
-flags.DEFINE_list("utds", ["1"], "Update-to-data ratios (integers >= 1).")
+flags.DEFINE_list("interventions", None, f"Any of {', '.join(INTERVENTIONS)}; unset: the "
+                  "agent's run script default (" + ", ".join(
+                      f"{a} {AGENT_DEFAULTS[a].intervention}" for a in AGENTS) + ").")
+flags.DEFINE_list("utds", None, "Update-to-data ratios (integers >= 1); unset: the agent's run "
+                  "script default (" + ", ".join(
+                      f"{a} {AGENT_DEFAULTS[a].utd}" for a in AGENTS) + ").")
 flags.DEFINE_integer("seeds", 1, "Seeds per (env, intervention, UTD).")
 flags.DEFINE_integer("first_seed", 0, "Seeds are first_seed .. first_seed + seeds - 1.")
 flags.DEFINE_integer("seeds_per_job", 0, "Seeds trained (vmapped) by one job; 0: all of them.")

@@ -42,7 +42,16 @@ def test_jobs_are_the_product_with_seeds_split_into_groups():
 
 def test_all_seeds_in_one_job_by_default():
     (job,) = make_grid("bro", envs="hopper-hop", seeds=10).jobs()
-    assert (job.seed, job.num_seeds, job.run_name) == (0, 10, "none-utd1-seed0")
+    assert (job.seed, job.num_seeds, job.run_name) == (0, 10, "reset-utd10-seed0")
+
+
+@pytest.mark.parametrize("agent, utd, intervention", [("sac", 1, "none"), ("bro", 10, "reset")])
+def test_interventions_and_utds_left_out_are_the_run_scripts_defaults(agent, utd, intervention):
+    """A BRO grid without --utds trains BRO at its UTD 10, not SAC's 1 (it once did)."""
+    (job,) = make_grid(agent, envs="hopper-hop").jobs()
+    assert (job.utd, job.intervention) == (utd, intervention)
+    argv = job.argv("/tmp/logs")
+    assert f"--utd={utd}" in argv and f"--intervention={intervention}" in argv
 
 
 def test_command_line_follows_the_run_script_contract(tmp_path):
@@ -125,7 +134,7 @@ def test_grid_file_entries_default_to_the_flags(tmp_path):
     defaults = {"envs": "walker-run", "seeds": 2, "seeds_per_job": 1, "max_steps": 50}
     sac, bro = load_grid_file(str(path), defaults)
     assert (sac.envs, sac.utds, sac.seeds) == (PRESETS["resets10"], (1, 4, 8), 2)
-    assert (bro.envs, bro.interventions) == (("dog-run",), ("none", "clip"))
+    assert (bro.envs, bro.interventions, bro.utds) == (("dog-run",), ("none", "clip"), (10,))
     assert dict(sac.train_flags) == {"max_steps": 50} and dict(bro.train_flags) == {
         "max_steps": 100}
     assert len(expand([sac, bro])) == 10 * 3 * 3 * 2 + 1 * 2 * 2
@@ -141,6 +150,12 @@ def test_grid_file_errors_name_the_entry(tmp_path):
         load_grid_file(str(path), {})
     path.write_text("[]")
     with pytest.raises(SweepError, match="grid.json: no grid in it"):
+        load_grid_file(str(path), {})
+    path.write_text('{"grids": {}}')
+    with pytest.raises(SweepError, match='grid.json: "grids" must be a list of JSON objects'):
+        load_grid_file(str(path), {})
+    path.write_bytes(bytes([0xfe, 0xff, 0x00, 0x80]))
+    with pytest.raises(SweepError, match="cannot read grid file .*can't decode"):
         load_grid_file(str(path), {})
 
 

@@ -134,9 +134,9 @@ def test_failed_job_shows_its_last_error_line_and_retry_failed_reruns_it(tmp_pat
     error = "exit 1: RuntimeError: simulated failure at env step 25"
     status = sweep(logdir, scripts, "--status")
     lines = dict(line.split(maxsplit=1)[::-1] for line in status.stdout.splitlines()[:-1])
-    assert lines["bro/hopper-hop/none-utd1-seed0"] == "done"
-    failed = lines["bro/hopper-hop/reset-utd1-seed0  " + error + "  [log: "
-                   + str(logdir / ".sweep/logs/bro/hopper-hop/reset-utd1-seed0.err") + "]"]
+    assert lines["bro/hopper-hop/none-utd10-seed0"] == "done"
+    failed = lines["bro/hopper-hop/reset-utd10-seed0  " + error + "  [log: "
+                   + str(logdir / ".sweep/logs/bro/hopper-hop/reset-utd10-seed0.err") + "]"]
     assert failed == "failed"
     assert status.stdout.splitlines()[-1] == "1 done, 1 failed"
 
@@ -147,10 +147,10 @@ def test_failed_job_shows_its_last_error_line_and_retry_failed_reruns_it(tmp_pat
     flag.unlink()
     retry = sweep(logdir, scripts, "--retry_failed")
     assert retry.returncode == 0, retry.stdout + retry.stderr
-    run_dir = logdir / "bro/hopper-hop/reset-utd1-seed0"
+    run_dir = logdir / "bro/hopper-hop/reset-utd10-seed0"
     assert (run_dir / "resumes.txt").read_text() == "20\n"
     assert [s for s, _, _ in eval_rows(run_dir)] == [10, 20, 30]
-    record = read_json(SweepPaths(str(logdir)).record("bro/hopper-hop/reset-utd1-seed0"))
+    record = read_json(SweepPaths(str(logdir)).record("bro/hopper-hop/reset-utd10-seed0"))
     assert (record["attempt"], record["state"]) == (2, "done")
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from envs import check_env_name
+from launch.config import AGENT_DEFAULTS
 
 AGENTS = ("sac", "bro")
 INTERVENTIONS = ("none", "reset", "clip")
@@ -238,19 +239,27 @@ def resolve_envs(envs: str | Iterable[str] | None, presets: str | Iterable[str] 
 
 def make_grid(agent: str, envs: str | Iterable[str] | None = None,
               preset: str | Iterable[str] | None = None,
-              interventions: str | Iterable[str] = "none", utds: str | Iterable[Any] = "1",
+              interventions: str | Iterable[str] | None = None,
+              utds: str | Iterable[Any] | None = None,
               seeds: int = 1, first_seed: int = 0, seeds_per_job: int = 0,
               extra: str | Iterable[str] = (), script_dir: str = DEFAULT_SCRIPT_DIR,
               **train_flags: int | None) -> Grid:
     """Validate the grid's settings (raising SweepError, one line) and build it.
 
-    `script_dir` holds run_<agent>.py (the repo's launch/ by default).
+    `interventions` and `utds` left None are the agent's run script defaults (SAC: none at UTD
+    1; BRO: its resets at UTD 10); `script_dir` holds run_<agent>.py (the repo's launch/ by
+    default).
     """
     unknown = sorted(set(train_flags) - set(TRAIN_FLAGS))
     if unknown:
         raise SweepError(f"unknown grid setting(s) {', '.join(unknown)}; accepted: "
                          f"{', '.join(GRID_KEYS)}")
     agent = _choices("agent", [str(agent)], AGENTS)[0]
+    defaults = AGENT_DEFAULTS[agent]
+    if interventions is None:
+        interventions = defaults.intervention
+    if utds is None:
+        utds = str(defaults.utd)
     chosen = _choices("intervention", _items(interventions), INTERVENTIONS)
     if not chosen:
         raise SweepError(f"no interventions given; accepted: {', '.join(INTERVENTIONS)}")
@@ -279,10 +288,13 @@ def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:
     try:
         with open(path) as f:
             content = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SweepError(f"cannot read grid file {path}: {e}") from None
     if isinstance(content, dict) and "grids" in content:
         content = content["grids"]
+        if not isinstance(content, list):
+            raise SweepError(f"{path}: \"grids\" must be a list of JSON objects with keys "
+                             f"from {', '.join(GRID_KEYS)}, got {type(content).__name__}")
     entries = content if isinstance(content, list) else [content]
     if not entries:
         raise SweepError(f"{path}: no grid in it; give a JSON object with keys from "
