@@ -152,6 +152,20 @@ def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
     return [n for n in names if n.isdigit()], [n for n in names if n.startswith("corrupt_")]
 
 
+def _results_without_config(run_dir: str, has_checkpoint: bool) -> str:
+    """What of a run a directory without config.json still holds ("" if nothing): checkpoints,
+    eval.csv rows. A run writes config.json before its first evaluation and checkpoint."""
+    held = ["checkpoints"] if has_checkpoint else []
+    try:
+        with open(os.path.join(run_dir, "eval.csv")) as f:
+            rows = sum(1 for _ in f) - 1
+    except OSError:
+        rows = 0
+    if rows > 0:
+        held.append(f"{rows} eval.csv row(s)")
+    return " and ".join(held)
+
+
 def resume_state(cfg: TrainConfig, record: dict) -> str:
     """"fresh", "resume" or "done" for this run directory, as `--resume` asks.
 
@@ -162,6 +176,12 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
     ckpt_dir = os.path.join(cfg.run_dir, "checkpoints")
     steps, corrupt = checkpoint_dirs(cfg.run_dir)
     has_checkpoint = bool(steps)
+    if existing is None:
+        orphans = _results_without_config(cfg.run_dir, has_checkpoint)
+        if orphans:
+            raise ConfigError(f"{cfg.run_dir} holds {orphans} but no config.json, so its "
+                              "settings cannot be checked against these: restore its config.json, "
+                              "or use another --run_name or --logdir")
     if existing is not None:
         there = flat_settings(with_resolved_settings(with_added_settings(existing)))
         now = flat_settings(with_resolved_settings(json.loads(json.dumps(record))))

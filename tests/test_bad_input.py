@@ -251,6 +251,29 @@ def test_a_run_recorded_before_a_setting_existed_is_still_the_same_run(tmp_path)
         resume_state(cfg, config_record(cfg, wider))
 
 
+def test_results_without_config_json_are_not_resumed_or_overwritten(tmp_path):
+    """A run directory that lost its config.json cannot say which settings its checkpoints
+    and eval rows were trained with: resuming it under the flags given, or starting it over
+    on top of its eval.csv, would mix or lose results. A header alone (a run stopped before
+    writing config.json) is nothing to keep."""
+    cfg = TrainConfig(agent="sac", env="cartpole-swingup", progress=False, logdir=str(tmp_path))
+    record = config_record(cfg, SACConfig())
+    os.makedirs(os.path.join(cfg.run_dir, "checkpoints", "300"))
+    with pytest.raises(ConfigError, match=re.escape(
+            f"{cfg.run_dir} holds checkpoints but no config.json, so its settings cannot be "
+            "checked")):
+        resume_state(cfg, record)
+    os.rmdir(os.path.join(cfg.run_dir, "checkpoints", "300"))
+    eval_csv = os.path.join(cfg.run_dir, "eval.csv")
+    with open(eval_csv, "w") as f:
+        f.write("env_step,seed,return,wall_time\n")
+    assert resume_state(cfg, record) == "fresh"
+    with open(eval_csv, "a") as f:
+        f.write("100,0,12.5,3.0\n200,0,20.5,6.0\n")
+    with pytest.raises(ConfigError, match=r"holds 2 eval.csv row\(s\) but no config.json"):
+        resume_state(cfg, record)
+
+
 def test_resume_never_refuses_an_existing_run_and_must_needs_a_checkpoint(tmp_path):
     proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--resume=must", check=False,
                timeout=60)
