@@ -195,6 +195,18 @@ def test_running_out_of_memory_is_one_line_naming_the_buffer(tmp_path):
         "or free memory; no checkpoint was written")
 
 
+def test_networks_too_large_for_memory_are_one_line_naming_what_sets_their_size(tmp_path):
+    """XLA's failed allocation (JaxRuntimeError) surfaces where the first update is read."""
+    proc = run("run_sac.py", *FAST_SAC, "--hidden_dim=100000000", "--max_steps=300",
+               "--start_steps=100", f"--logdir={tmp_path}", check=False, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert re.match(r"error: out of memory on the (CPU|GPU) \(", last), last
+    assert last.endswith("the networks' sizes and --num_seeds x --utd x --batch_size "
+                         "(1 x 1 x 256) set what an update holds: lower them; no checkpoint "
+                         "was written")
+
+
 def test_a_run_directory_whose_lock_cannot_be_opened_is_unwritable(tmp_path):
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
     (run_dir / ".lock").mkdir(parents=True)  # as a read-only directory would refuse it
