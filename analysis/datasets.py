@@ -93,6 +93,11 @@ def load_datasets(
     """
     if not paths:
         raise AggregationError("no --runs given; pass one or more run directories")
+    for flag, entries in (("--runs", paths), ("--labels", labels)):
+        empty = [i for i, entry in enumerate(entries, 1) if not str(entry).strip()]
+        if empty:
+            raise AggregationError(f"{flag} entry {empty[0]} of {len(entries)} is empty (a stray "
+                                   "comma?); give non-empty entries separated by commas")
     if labels and len(labels) != len(paths):
         raise AggregationError(f"got {len(labels)} labels for {len(paths)} --runs entries; "
                                "give exactly one label per entry")

@@ -51,8 +51,15 @@ def canonical_task(name: str) -> str:
 
 def _make_run(task: str, run_id: str, steps, returns, source: str, config=None,
               config_source=None) -> Run | None:
-    steps = np.asarray(steps, dtype=np.int64)
-    returns = np.asarray(returns, dtype=np.float64)
+    try:
+        steps = np.asarray(steps, dtype=np.int64)
+        returns = np.asarray(returns, dtype=np.float64)
+    except (TypeError, ValueError) as error:  # a .npy of strings, say
+        raise AggregationError(f"{source}: env steps and returns must be numbers ({error})") \
+            from None
+    if np.any(steps < 0):
+        raise AggregationError(f"{source}: env step {int(steps.min())} is negative; env steps "
+                               "count from 0")
     keep = np.isfinite(returns)
     if not keep.all():
         warnings.warn(f"{source}: {int((~keep).sum())} non-finite returns ignored",
@@ -134,11 +141,11 @@ def read_npy_dir(root: Path, eval_every: int, first_step: int | None = None) -> 
     NaN entries count as evaluations the seed did not reach.
     """
     if eval_every <= 0:
-        raise AggregationError(f"npy eval interval must be a positive number of env steps, "
+        raise AggregationError(f"--npy_eval_every must be a positive number of env steps, "
                                f"got {eval_every}")
     first = eval_every if first_step is None else first_step
     if first < 0:
-        raise AggregationError(f"npy first evaluation step must be >= 0, got {first}")
+        raise AggregationError(f"--npy_first_step must be >= 0, got {first}")
     runs = []
     for f in sorted(root.glob("*.npy")):
         with reading(f):

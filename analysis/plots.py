@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from analysis.report import FIGURES  # noqa: E402
 from analysis.summary import METRICS, Summary  # noqa: E402
 
 
@@ -137,6 +138,7 @@ def write_plots(summary: Summary, out: Path) -> list[Path]:
         figures["sample_efficiency.png"] = plot_curves
     if summary.improvement:
         figures["probability_of_improvement.png"] = plot_improvement
+    assert set(figures) <= set(FIGURES), "analysis.report.FIGURES lists every figure"
     for name, plot in figures.items():
         plot(summary, out / name)
     return [out / name for name in figures]

@@ -11,6 +11,12 @@ from pathlib import Path
 from analysis.datasets import Source
 from analysis.summary import METRICS, Summary
 
+# Every figure analysis.plots writes: the curves with evaluations over steps, the improvement
+# with several algorithms. An aggregation into the --out of an earlier one removes those of its
+# figures that it does not write again, so that no figure there shows other results.
+FIGURES = ("interval_estimates.png", "performance_profiles.png", "sample_efficiency.png",
+           "probability_of_improvement.png")
+
 TABLES = {
     "aggregates.csv": "aggregates",
     "probability_of_improvement.csv": "improvement",

@@ -58,15 +58,16 @@ class Summary:
 def check_settings(s: Settings) -> None:
     """AggregationError naming the first setting out of its accepted range."""
     checks = [
-        (s.step >= 0, f"step must be >= 0, got {s.step}"),
-        (s.window >= 1, f"window must be >= 1 evaluation, got {s.window}"),
-        (s.reps >= 1, f"reps must be >= 1, got {s.reps}"),
-        (s.curve_reps >= 1, f"curve_reps must be >= 1, got {s.curve_reps}"),
-        (0.0 < s.confidence < 1.0, f"confidence must be in (0, 1), got {s.confidence}"),
-        (s.max_return > 0, f"max_return must be > 0, got {s.max_return}"),
-        (s.curve_points >= 0, f"curve_points must be >= 0, got {s.curve_points}"),
-        (s.profile_points >= 2, f"profile_points must be >= 2, got {s.profile_points}"),
-        (s.chunk_mb > 0, f"chunk_mb must be > 0, got {s.chunk_mb}"),
+        (s.step >= 0, f"--step must be >= 0, got {s.step}"),
+        (s.window >= 1, f"--window must be >= 1 evaluation, got {s.window}"),
+        (s.reps >= 1, f"--reps must be >= 1, got {s.reps}"),
+        (s.curve_reps >= 1, f"--curve_reps must be >= 1, got {s.curve_reps}"),
+        (0.0 < s.confidence < 1.0, f"--confidence must be in (0, 1), got {s.confidence}"),
+        (s.max_return > 0, f"--max_return must be > 0, got {s.max_return}"),
+        (s.curve_points >= 0, f"--curve_points must be >= 0, got {s.curve_points}"),
+        (s.profile_points >= 2, f"--profile_points must be >= 2, got {s.profile_points}"),
+        (s.seed >= 0, f"--seed must be >= 0, got {s.seed}"),
+        (s.chunk_mb > 0, f"--chunk_mb must be > 0, got {s.chunk_mb}"),
     ]
     for ok, message in checks:
         if not ok:

@@ -19,7 +19,7 @@ from absl import app, flags
 
 from analysis.datasets import load_datasets
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.report import write_tables
+from analysis.report import FIGURES, write_tables
 from analysis.summary import Settings, check_settings, summarize
 from launch import ctrl_c
 from launch.config import one_line_flag_parser
@@ -79,7 +79,13 @@ def run(collected: list[str]) -> None:
         print(f"{x.path}: detected {x.layout} layout -> algorithm '{x.algorithm}', "
               f"{x.runs} runs on {x.tasks} tasks", file=sys.stderr)
     try:
-        summary = summarize(datasets, settings)
+        try:
+            summary = summarize(datasets, settings)
+        except MemoryError as error:
+            raise AggregationError(
+                f"out of memory ({str(error) or 'MemoryError'}); --reps, --curve_reps, "
+                "--profile_points and --curve_points set the bootstrap's size: lower them"
+            ) from None
     except AggregationError:
         if created and not any(out.iterdir()):  # nothing to show for it: leave no empty dir
             out.rmdir()
@@ -93,8 +99,15 @@ def run(collected: list[str]) -> None:
     except OSError as error:
         raise AggregationError(f"--out={out}: cannot write the results there "
                                f"({type(error).__name__}: {error})") from None
+    stale = [out / name for name in FIGURES if out / name not in written
+             and (out / name).is_file()]
+    for path in stale:
+        path.unlink()
     print((out / "summary.md").read_text())
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    if stale:
+        print(f"removed {', '.join(str(p) for p in stale)}: an earlier aggregation's figures, "
+              "which this one does not draw", file=sys.stderr)
 
 
 def main(argv: list[str]) -> None:

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,40 @@ def test_same_seed_same_intervals(grouped, logdir, tmp_path):
         out / "sample_efficiency.csv").read_text()
 
 
+def test_a_bootstrap_beyond_memory_is_one_line_naming_the_flags_that_size_it(logdir, tmp_path):
+    result = aggregate(f"--runs={logdir}", "--group_by=intervention", "--step=100000",
+                       "--reps=100000000000", "--noprogress", f"--out={tmp_path / 'out'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: out of memory (Unable to allocate") and last.endswith(
+        "--reps, --curve_reps, --profile_points and --curve_points set the bootstrap's size: "
+        "lower them"), last
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_aggregation_into_an_earlier_ones_out_leaves_none_of_its_figures(grouped, logdir,
+                                                                            tmp_path):
+    """Tables are rewritten every time; figures this aggregation does not draw (--plots=false,
+    or one algorithm: no probability of improvement) would show the earlier results."""
+    _, out = grouped
+    for name in os.listdir(out):
+        shutil.copy(out / name, tmp_path / name)
+    (tmp_path / "notes.png").write_bytes(b"the user's")
+    one = logdir / "sac" / "cheetah-run" / "clip_cheetah-run"
+    again = aggregate(f"--runs={one}", "--step=100000", "--reps=200", "--curve_reps=20",
+                      f"--out={tmp_path}")
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "interval_estimates.png", "notes.png", "performance_profiles.png",
+        "sample_efficiency.png"]
+    assert (f"removed {tmp_path / 'probability_of_improvement.png'}: an earlier aggregation's "
+            "figures, which this one does not draw") in again.stderr
+    again = aggregate(f"--runs={one}", "--step=100000", "--reps=200", "--curve_reps=20",
+                      f"--out={tmp_path}", "--plots=false")
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["notes.png"]
+
+
 @needs_reference
 def test_reference_sac_reproduces_501_and_missing_seeds_warn(tmp_path):
     result = aggregate(f"--runs={SAC_UTD1}", "--labels=SAC", "--reps=1000",
@@ -178,7 +213,11 @@ def bad_inputs(tmp_path, logdir):
         "labels": ([f"--runs={logdir}", "--labels=a,b"], "2 labels for 1 --runs entries"),
         "group key": ([f"--runs={logdir}", "--group_by=agent_config.nope"],
                       "unknown group key 'agent_config.nope'"),
-        "reps": ([f"--runs={logdir}", "--reps=0"], "reps must be >= 1"),
+        "reps": ([f"--runs={logdir}", "--reps=0"], "--reps must be >= 1"),
+        "seed": ([f"--runs={logdir}", "--seed=-1"], "--seed must be >= 0, got -1"),
+        "empty runs entry": ([f"--runs={logdir},"], "--runs entry 2 of 2 is empty"),
+        "empty label": ([f"--runs={logdir},{logdir}", "--labels=a,"],
+                        "--labels entry 2 of 2 is empty"),
         "not a number": ([f"--runs={logdir}", "--step=abc"], "flag --step=abc"),
         "unknown flag": ([f"--runs={logdir}", "--bogus=1"], "Unknown command line flag 'bogus'"),
         "out is a file": ([f"--runs={logdir}", f"--out={tmp_path / 'a_file'}"],
@@ -187,8 +226,8 @@ def bad_inputs(tmp_path, logdir):
 
 
 @pytest.mark.parametrize("case", ["missing path", "no runs", "no --runs", "labels",
-                                  "group key", "reps", "out is a file", "not a number",
-                                  "unknown flag"])
+                                  "group key", "reps", "seed", "empty runs entry", "empty label",
+                                  "out is a file", "not a number", "unknown flag"])
 def test_bad_input_is_one_line_on_stderr_and_exit_code_2(case, tmp_path, logdir):
     (tmp_path / "a_file").write_text("not a directory")
     args, message = bad_inputs(tmp_path, logdir)[case]

@@ -338,6 +338,18 @@ def test_unreadable_files_are_errors_naming_the_file(layout, tmp_path):
         load_runs(tmp_path)
 
 
+def test_returns_that_are_not_numbers_and_negative_steps_are_errors(tmp_path):
+    np.save(tmp_path / "cheetah-run.npy", np.array([["a", "b"], ["c", "d"]]))
+    with pytest.raises(AggregationError, match=r"cheetah-run.npy\[:, 0\]: env steps and returns "
+                                               "must be numbers"):
+        load_runs(tmp_path)
+    (tmp_path / "cheetah-run.npy").unlink()
+    write_project_run(tmp_path, "cheetah-run", "a", {0: [(-100, 1.0), (0, 2.0)]})
+    with pytest.raises(AggregationError, match="env step -100 is negative; env steps count "
+                                               "from 0"):
+        load_runs(tmp_path)
+
+
 def test_npy_layout_builds_the_step_grid_and_drops_nan_tails(tmp_path):
     table = np.arange(12, dtype=float).reshape(4, 3)
     table[2:, 1] = np.nan
@@ -352,7 +364,7 @@ def test_npy_layout_builds_the_step_grid_and_drops_nan_tails(tmp_path):
     with pytest.warns(AggregationWarning):
         _, shifted = load_runs(tmp_path, npy_eval_every=10, npy_first_step=0)
     np.testing.assert_array_equal(shifted[0].steps, [0, 10, 20, 30])
-    with pytest.raises(AggregationError, match="first evaluation step must be >= 0, got -10"):
+    with pytest.raises(AggregationError, match="--npy_first_step must be >= 0, got -10"):
         load_runs(tmp_path, npy_eval_every=10, npy_first_step=-10)
 
 
