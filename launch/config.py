@@ -152,6 +152,9 @@ def validate(cfg: TrainConfig) -> None:
             f"--start_steps={cfg.start_steps} leaves no training before "
             f"--max_steps={cfg.max_steps}; make start_steps smaller than max_steps"
         )
+    if not cfg.logdir.strip():
+        raise ConfigError("--logdir is empty; give the directory the results tree goes under "
+                          "(default: runs)")
     if "/" in cfg.run_name or os.sep in cfg.run_name or cfg.run_name in (".", ".."):
         raise ConfigError(f"--run_name must be one directory name (no '/', not '.' or '..'), "
                           f"got {cfg.run_name!r}: runs live in <logdir>/<agent>/<env>/<run_name>")

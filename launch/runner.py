@@ -156,7 +156,9 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         else:
             state = resume_state(cfg, record)  # refusals create nothing
         if state == "done":
-            print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
+            kept = (" (--keep_final_buffer changes nothing here: a run keeps its replay buffer "
+                    "or not when it finishes)" if cfg.keep_final_buffer else "")
+            print(f"{cfg.run_dir} has already finished; nothing to do{kept}", file=sys.stderr)
             return
         check_writable(cfg.run_dir)
         lock = lock or _lock(cfg.run_dir)  # noqa: F841 - released when the process ends

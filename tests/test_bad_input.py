@@ -53,6 +53,8 @@ CASES = {
     "stray argument": (["humanoid-stand"], "unexpected arguments"),
     "run name outside its env's directory": (["--run_name=../../x"], "--run_name must be one "
                                              "directory name"),
+    "empty logdir": (["--logdir="], "--logdir is empty; give the directory the results tree "
+                     "goes under"),
     "no critics": (["--num_critics=0"], "--num_critics must be positive, got 0"),
     "tau above 1": (["--tau=2"], "--tau must be in (0, 1], got 2.0"),
     "ns steps below 1": (["--intervention=clip", "--clip_method=newton_schulz",

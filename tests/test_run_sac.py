@@ -138,6 +138,11 @@ def test_rerun_of_a_finished_run_does_nothing(finished_run):
     for spelling in (str(logdir), f"{logdir}/", os.path.relpath(logdir, REPO)):
         proc = run("run_sac.py", *run_args(intervention, utd), f"--logdir={spelling}")
         assert "already finished" in proc.stderr, proc.stderr
+    proc = run("run_sac.py", *run_args(intervention, utd), f"--logdir={logdir}",
+               "--keep_final_buffer")
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "has already finished; nothing to do (--keep_final_buffer changes nothing here: a run "
+        "keeps its replay buffer or not when it finishes)"), proc.stderr
     assert (run_dir / "eval.csv").read_text() == before
 
 
