@@ -4,6 +4,7 @@
         --utds=1,4,8 --seeds=10 --logdir=runs/sac -- --clip_c=4
     python launch/sweep.py --logdir=runs/sac --status
     python launch/sweep.py --logdir=runs/sac --retry_failed
+    python launch/sweep.py --logdir=runs/sac --stop
 
 Launching again skips finished runs and resumes interrupted ones from their checkpoints.
 Flags after `--` (or in --extra) go to every run script. Exit codes: 0 every job done (or
@@ -38,6 +39,7 @@ from launch.sweep_lib.grid import (
     split_extra,
 )
 from launch.sweep_lib.state import SweepPaths, read_json
+from launch.sweep_lib.stop import stop
 from launch.sweep_lib.submit import (
     EXECUTORS,
     ExecutorOptions,
@@ -82,6 +84,10 @@ flags.DEFINE_integer("max_parallel", 1, "Local executor: jobs running at once.")
 flags.DEFINE_boolean("no_wait", False, "Submit and exit instead of following the jobs.")
 flags.DEFINE_boolean("status", False, "Show each job's state and exit (no grid flags needed).")
 flags.DEFINE_boolean("retry_failed", False, "Launch failed jobs again too.")
+flags.DEFINE_boolean("stop", False, "Stop this logdir's local jobs on this host: running ones "
+                     "at their next episode end, after a checkpoint there; queued ones before "
+                     "they start. Launching again resumes them. SLURM jobs: prints the scancel "
+                     "that stops them.")
 flags.DEFINE_float("poll_s", 2.0, "Seconds between checks while following the jobs.",
                    lower_bound=0.1)
 flags.DEFINE_string("partition", "", "SLURM partition (empty: the cluster's default).")
@@ -121,6 +127,7 @@ def grid_jobs(trailing: list[str]) -> list[JobSpec]:
 
 
 JOBS_GO_ON: list[bool] = []  # set once this process launches jobs or follows running ones
+STOPPING: list[bool] = []  # set once --stop has begun stopping jobs
 
 # The flags that describe a grid's jobs (besides --envs, --preset and --grid).
 GRID_FLAGS = ("agent", "interventions", "utds", "seeds", "first_seed", "seeds_per_job", "extra",
@@ -146,6 +153,17 @@ def executor_options() -> ExecutorOptions:
 def run(trailing: list[str]) -> int:
     """The sweep; returns the exit code. Bad settings raise SweepError."""
     paths = SweepPaths(os.path.abspath(FLAGS.logdir))
+    if FLAGS.stop:
+        given = [f"--{name}" for name in ("grid", "envs", "preset", "status", "retry_failed",
+                                          "no_wait", *GRID_FLAGS) if FLAGS[name].present]
+        if given or trailing:
+            raise SweepError(f"--stop takes only --logdir (and --poll_s), not "
+                             f"{', '.join(given + (['flags after --'] if trailing else []))}")
+        if not recorded_jobs(paths):
+            raise SweepError(f"no sweep recorded in {paths.root}; nothing to stop")
+        STOPPING.append(True)
+        stop(paths, FLAGS.poll_s, print)
+        return 0
     given = FLAGS.grid or FLAGS.envs or FLAGS.preset
     if not given and (FLAGS.status or FLAGS.retry_failed):
         unread = [f"--{name}" for name in GRID_FLAGS if FLAGS[name].present]
@@ -220,8 +238,12 @@ def main(argv: list[str]) -> None:
         print(f"sweep: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("\nstopped following; the jobs go on (see --status)" if JOBS_GO_ON
-              else "\ninterrupted; nothing was launched", file=sys.stderr)
+        if STOPPING:
+            print("\nstopped waiting; the jobs signalled still stop at their next episode end "
+                  "(--stop again waits for them)", file=sys.stderr)
+        else:
+            print("\nstopped following; the jobs go on (see --status)" if JOBS_GO_ON
+                  else "\ninterrupted; nothing was launched", file=sys.stderr)
         sys.exit(130)
 
 

@@ -8,13 +8,15 @@ resumes.txt) and exits 0 at once on a finished run, or with --dry_run once its f
 (after --dry_run_s seconds).
 Training is simulated: each env step sleeps --step_s seconds; the return of seed s at step t
 is a fixed function of the run's settings. --fail_at=N exits 1 with a one-line message when it
-reaches step N (only while the file --fail_while_exists names exists, if given).
+reaches step N (only while the file --fail_while_exists names exists, if given). A SIGTERM
+stops it at its next checkpoint, as the run scripts stop at their next episode end: exit 143.
 """
 
 import argparse
 import csv
 import json
 import os
+import signal
 import sys
 import time
 
@@ -105,6 +107,8 @@ def main(argv: list[str]) -> int:
         if not os.path.exists(path):
             with open(path, "w") as f:
                 f.write(header + "\n")
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     print(f"fake {agent}: {run_dir} from step {start}", file=sys.stderr, flush=True)
     for step in range(start + 1, args.max_steps + 1):
         time.sleep(args.step_s)
@@ -125,6 +129,10 @@ def main(argv: list[str]) -> int:
             with open(tmp, "w") as f:
                 f.write(str(step))
             os.replace(tmp, os.path.join(ckpt_dir, f"step_{step}"))
+            if stop and step < args.max_steps:
+                print(f"error: stopped by SIGTERM at env step {step}, after a checkpoint there",
+                      file=sys.stderr)
+                return 143
     with open(os.path.join(run_dir, "done.json"), "w") as f:
         json.dump({"env_step": args.max_steps}, f)
     return 0

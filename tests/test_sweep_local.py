@@ -213,6 +213,38 @@ def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, script
     assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 301, 10))
 
 
+def test_stop_ends_running_jobs_at_a_checkpoint_and_queued_ones_never_start(tmp_path, scripts):
+    logdir = tmp_path / "runs"
+    args = ["--envs=cheetah-run,walker-run,hopper-hop", "--max_steps=300", "--eval_every=10",
+            "--checkpoint_every=20", "--", "--step_s=0.01"]
+    first, *others = [f"sac/{env}/none-utd1-seed0" for env in ("cheetah-run", "walker-run",
+                                                               "hopper-hop")]
+    assert sweep(logdir, scripts, "--no_wait", *args).returncode == 0
+    wait_for(lambda: (logdir / first / "checkpoints" / "step_40").exists(), what="a checkpoint")
+    stopped = sweep(logdir, scripts, "--stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.splitlines() == [
+        f"stopping {first} at its next episode end, after a checkpoint there",
+        "1 running job(s) stopped, 2 queued one(s) not started; launching the sweep again "
+        "resumes them"]
+    assert not (logdir / first / "done.json").exists()
+    assert not any((logdir / key).exists() for key in others)
+    status = sweep(logdir, scripts, "--status").stdout.splitlines()
+    assert status[0].startswith(f"interrupted {first}  exit 143: error: stopped by SIGTERM at "
+                                "env step ")
+    assert status[1:] == [f"interrupted {key}  stopped by sweep.py --stop before it started"
+                          for key in sorted(others)] + ["3 interrupted"]
+    assert sweep(logdir, scripts, "--stop", "--envs=cheetah-run").stderr.strip() == (
+        "sweep: --stop takes only --logdir (and --poll_s), not --envs")
+    assert sweep(logdir, scripts, "--stop").stdout == (
+        "no local worker of this sweep runs on this host: nothing to stop here\n")
+    again = sweep(logdir, scripts, *args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert 40 <= int((logdir / first / "resumes.txt").read_text()) < 300
+    assert eval_rows(logdir / first) == [(s, 0, fake_score("none", 1, 0, s, 300))
+                                         for s in range(10, 301, 10)]
+
+
 def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(tmp_path, scripts):
     """A finished run is never started again, so a grid that asks its directory for other
     settings, or gives its seeds to another job, would leave the grid's runs undone or count

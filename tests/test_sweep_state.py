@@ -14,6 +14,7 @@ import time
 import pytest
 
 from launch import ctrl_c
+from launch.run_files import write_json
 from launch.sweep_lib import submit
 from launch.sweep_lib.grid import JobSpec, SweepError
 from launch.sweep_lib.job import last_line
@@ -27,6 +28,7 @@ from launch.sweep_lib.state import (
     this_process,
     update_record,
 )
+from launch.sweep_lib.stop import stop
 from launch.sweep_lib.submit import (
     _MISSING,
     check_run_dirs,
@@ -324,3 +326,20 @@ def test_following_the_jobs_raises_a_ctrl_c_that_python_dropped(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         submit.watch(None, [key], poll_s=0.0, emit=lambda line: None)
     assert ctrl_c._pending is False
+
+
+def test_stop_names_the_scancel_of_slurm_launches_and_other_hosts_workers(tmp_path):
+    paths = SweepPaths(str(tmp_path))
+    os.makedirs(os.path.join(paths.root, "launches"))
+    write_json(paths.launch("a"), {"executor": "slurm", "keys": ["k0", "k1"], "submitted": True,
+                                   "scheduler_ids": {"k0": "17_0", "k1": "17_1"}})
+    write_json(paths.launch("b"), {"executor": "local", "keys": ["k2"], "submitted": True,
+                                   "workers": [{"host": "elsewhere", "pid": 1,
+                                                "pid_start": "1"}]})
+    said = []
+    assert stop(paths, 0.1, said.append) == 0
+    assert said == [
+        "launches b have workers on other hosts: run --stop there",
+        "launch a is on SLURM: `scancel 17` stops its jobs (each run checkpoints at its next "
+        "episode end if SLURM's KillWait allows)",
+        "no local worker of this sweep runs on this host: nothing to stop here"]

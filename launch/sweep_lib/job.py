@@ -204,20 +204,22 @@ class RunJob(submitit.helpers.Checkpointable):
         return super().checkpoint()
 
 
+def claim(claims: str, key: str) -> bool:
+    """Take job `key` of a local launch (its claims folder): True for the first caller only."""
+    os.makedirs(claims, exist_ok=True)
+    path = os.path.join(claims, key.replace("/", "__"))
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    return False
+
+
 class LocalWorker(submitit.helpers.Checkpointable):
     """Runs the jobs of one local launch that no other worker has claimed, one at a time."""
 
     def __init__(self, jobs: Sequence[RunJob], claims: str):
         self.jobs, self.claims = list(jobs), claims
         self.current: int | None = None
-
-    def _claim(self, key: str) -> bool:
-        os.makedirs(self.claims, exist_ok=True)
-        path = os.path.join(self.claims, key.replace("/", "__"))
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            return True
-        return False
 
     def __call__(self) -> list[tuple[str, str]]:
         """Run the job this worker was running before a requeue, then every unclaimed one."""
@@ -226,7 +228,7 @@ class LocalWorker(submitit.helpers.Checkpointable):
             outcomes.append((self.jobs[self.current].key, self.jobs[self.current]()))
             self.current = None
         for index, job in enumerate(self.jobs):
-            if self._claim(job.key):
+            if claim(self.claims, job.key):
                 self.current = index
                 outcomes.append((job.key, job()))
                 self.current = None

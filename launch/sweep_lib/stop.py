@@ -1,0 +1,85 @@
+"""Stopping a logdir's local jobs (`sweep.py --stop`) so that a relaunch resumes them.
+
+Queued jobs are claimed before any worker of their launch does, so none starts them; a running
+run script gets SIGTERM, which it answers at its next episode end with a checkpoint (exit 143).
+The workers then find nothing left to claim and exit. SLURM jobs are the scheduler's: --stop
+names the `scancel` that stops them.
+"""
+
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from launch.sweep_lib.job import claim
+from launch.sweep_lib.state import SweepPaths, process_alive, read_json, update_record
+
+STOPPED = "stopped by sweep.py --stop before it started"
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _launches(paths: SweepPaths) -> dict[str, dict[str, Any]]:
+    folder = os.path.join(paths.root, "launches")
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return {n.removesuffix(".json"): read_json(os.path.join(folder, n))
+            for n in names if n.endswith(".json")}
+
+
+def _running_script(record: Mapping[str, Any]) -> int | None:
+    """The pid of the run script a running record's job process (alive, on this host) started."""
+    if record.get("state") != "running" or not process_alive(record):
+        return None
+    child = record.get("child_pid")
+    return child if child is not None and _parent(child) == record.get("pid") else None
+
+
+def stop(paths: SweepPaths, poll_s: float, say: Callable[[str], None]) -> int:
+    """Stop every local job of this logdir that runs on this host; returns how many ran."""
+    launches = _launches(paths)
+    local = {i: launch for i, launch in launches.items() if launch.get("executor") == "local"
+             and any(process_alive(w) for w in launch.get("workers", []))}
+    elsewhere = [i for i, launch in launches.items() if launch.get("executor") == "local"
+                 and any(process_alive(w) is None for w in launch.get("workers", []))]
+    if elsewhere:
+        say(f"launches {', '.join(elsewhere)} have workers on other hosts: run --stop there")
+    for i, launch in launches.items():
+        ids = sorted({str(j).split("_")[0] for j in launch.get("scheduler_ids", {}).values()})
+        if launch.get("executor") == "slurm" and ids:
+            say(f"launch {i} is on SLURM: `scancel {' '.join(ids)}` stops its jobs (each run "
+                "checkpoints at its next episode end if SLURM's KillWait allows)")
+    if not local:
+        say("no local worker of this sweep runs on this host: nothing to stop here")
+        return 0
+    unstarted = 0
+    for i, launch in local.items():
+        for key in launch.get("keys", []):
+            if claim(paths.claims(i), key):  # no worker had: it never starts
+                record = read_json(paths.record(key))
+                if record.get("launch") == i and record.get("state") == "queued":
+                    unstarted += 1
+                    update_record(paths.record(key), state="interrupted", detail=STOPPED)
+    signalled: set[int] = set()
+    while True:
+        for i, launch in local.items():
+            for key in launch.get("keys", []):
+                record = read_json(paths.record(key))
+                script = _running_script(record)
+                if script is not None and script not in signalled and record.get("launch") == i:
+                    os.kill(script, signal.SIGTERM)
+                    signalled.add(script)
+                    say(f"stopping {key} at its next episode end, after a checkpoint there")
+        if not any(process_alive(w) for launch in local.values()
+                   for w in launch.get("workers", [])):
+            break
+        time.sleep(poll_s)
+    say(f"{len(signalled)} running job(s) stopped, {unstarted} queued one(s) not started; "
+        "launching the sweep again resumes them")
+    return len(signalled)
