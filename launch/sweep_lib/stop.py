@@ -80,6 +80,9 @@ def stop(paths: SweepPaths, poll_s: float, say: Callable[[str], None]) -> int:
                    for w in launch.get("workers", [])):
             break
         time.sleep(poll_s)
-    say(f"{len(signalled)} running job(s) stopped, {unstarted} queued one(s) not started; "
-        "launching the sweep again resumes them")
+    if signalled or unstarted:
+        say(f"{len(signalled)} running job(s) stopped, {unstarted} queued one(s) not started; "
+            "launching the sweep again resumes them")
+    else:
+        say("no job was running or queued: nothing to stop")
     return len(signalled)
