@@ -90,6 +90,14 @@ def reading(path: Path):
             from None
 
 
+def _env_step(text: str) -> int:
+    """An env step as files write it ("5000", "5000.0", "5e3"); ValueError unless whole."""
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError(f"env step {text} is not a whole number")
+    return int(value)
+
+
 def read_txt_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Rows "<env_step> <return>" -> steps (T,), returns (T,)."""
     steps, returns = [], []
@@ -102,7 +110,7 @@ def read_txt_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
         try:
             if len(parts) != 2:
                 raise ValueError
-            steps.append(int(float(parts[0])))
+            steps.append(_env_step(parts[0]))
             returns.append(float(parts[1]))
         except ValueError:
             raise AggregationError(f"{path}:{lineno}: expected '<env_step> <return>', "
@@ -201,7 +209,7 @@ def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
         try:
             if None in row.values() or None in row:  # fewer or more fields than the header
                 raise ValueError
-            entry = (int(float(row["env_step"])), float(row["return"]))
+            entry = (_env_step(row["env_step"]), float(row["return"]))
         except (TypeError, ValueError):
             raise AggregationError(f"{run_dir / 'eval.csv'}:{reader.line_num}: expected "
                                    f"{', '.join(reader.fieldnames)}, with numbers for "

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 import warnings
 
 import numpy as np
@@ -335,6 +336,19 @@ def test_unreadable_files_are_errors_naming_the_file(layout, tmp_path):
         broken = tmp_path / "cheetah-run.npy"
         np.save(broken, np.array([{"not": "numbers"}], dtype=object), allow_pickle=True)
     with pytest.raises(AggregationError, match=rf"{broken.name}: cannot read it \("):
+        load_runs(tmp_path)
+
+
+@pytest.mark.parametrize("layout", ["eval.csv", "txt"])
+def test_env_steps_that_are_not_whole_numbers_are_errors(layout, tmp_path):
+    if layout == "eval.csv":
+        run_dir = write_project_run(tmp_path, "cheetah-run", "a", {0: [(100.5, 1.0)]})
+        where = re.escape(f"{run_dir / 'eval.csv'}:2: expected env_step")
+    else:
+        (tmp_path / "cheetah-run").mkdir()
+        (tmp_path / "cheetah-run" / "0.txt").write_text("100.0 1.0\n200.5 2.0\n")
+        where = re.escape(f"{tmp_path / 'cheetah-run' / '0.txt'}:2: expected")
+    with pytest.raises(AggregationError, match=where):
         load_runs(tmp_path)
 
 
