@@ -93,6 +93,9 @@ def load_datasets(
     """
     if not paths:
         raise AggregationError("no --runs given; pass one or more run directories")
+    twice = [key for i, key in enumerate(group_by) if key in group_by[:i]]
+    if twice:
+        raise AggregationError(f"--group_by names {twice[0]} twice; give each key once")
     for flag, entries in (("--runs", paths), ("--labels", labels)):
         empty = [i for i, entry in enumerate(entries, 1) if not str(entry).strip()]
         if empty:

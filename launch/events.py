@@ -55,6 +55,10 @@ def check_clip_parts(agent: Agent, cfg: TrainConfig) -> None:
             raise ConfigError(f"--clip_parts={path} includes the optimizer state {optimizer[0]}, "
                               f"which SingularClip must not touch{hint}")
         leaves = jax.tree_util.tree_flatten_with_path(get_part(state, path))[0]
+        if path.split(".")[-1] == "kernel":
+            layer = path.rsplit(".", 1)[0]
+            raise ConfigError(f"--clip_parts={path} names a kernel itself; name the layer that "
+                              f"holds it ({layer}) or a part above it")
         if not any(is_weight_matrix(key_path, leaf) for key_path, leaf in leaves):
             raise ConfigError(f"--clip_parts={path} holds no weight matrix (a kernel), so "
                               "SingularClip would change nothing there; the parts it clips by "

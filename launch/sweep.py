@@ -154,8 +154,8 @@ def run(trailing: list[str]) -> int:
     """The sweep; returns the exit code. Bad settings raise SweepError."""
     paths = SweepPaths(os.path.abspath(FLAGS.logdir))
     if FLAGS.stop:
-        given = [f"--{name}" for name in ("grid", "envs", "preset", "status", "retry_failed",
-                                          "no_wait", *GRID_FLAGS) if FLAGS[name].present]
+        given = [f"--{flag.name}" for flag in FLAGS.get_flags_for_module(sys.modules[__name__])
+                 if flag.present and flag.name not in ("logdir", "poll_s", "script_dir", "stop")]
         if given or trailing:
             raise SweepError(f"--stop takes only --logdir (and --poll_s), not "
                              f"{', '.join(given + (['flags after --'] if trailing else []))}")

@@ -130,8 +130,8 @@ def main(argv: list[str]) -> int:
                 f.write(str(step))
             os.replace(tmp, os.path.join(ckpt_dir, f"step_{step}"))
             if stop and step < args.max_steps:
-                print(f"error: stopped by SIGTERM at env step {step}, after a checkpoint there",
-                      file=sys.stderr)
+                print(f"error: stopped by SIGTERM at env step {step}, after a checkpoint there "
+                      f"({len(stop)} SIGTERM)", file=sys.stderr)
                 return 143
     with open(os.path.join(run_dir, "done.json"), "w") as f:
         json.dump({"env_step": args.max_steps}, f)

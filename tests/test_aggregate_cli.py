@@ -218,6 +218,8 @@ def bad_inputs(tmp_path, logdir):
         "empty runs entry": ([f"--runs={logdir},"], "--runs entry 2 of 2 is empty"),
         "empty label": ([f"--runs={logdir},{logdir}", "--labels=a,"],
                         "--labels entry 2 of 2 is empty"),
+        "group key twice": ([f"--runs={logdir}", "--group_by=utd,intervention,utd"],
+                            "--group_by names utd twice; give each key once"),
         "not a number": ([f"--runs={logdir}", "--step=abc"], "flag --step=abc"),
         "unknown flag": ([f"--runs={logdir}", "--bogus=1"], "Unknown command line flag 'bogus'"),
         "out is a file": ([f"--runs={logdir}", f"--out={tmp_path / 'a_file'}"],
@@ -226,7 +228,8 @@ def bad_inputs(tmp_path, logdir):
 
 
 @pytest.mark.parametrize("case", ["missing path", "no runs", "no --runs", "labels",
-                                  "group key", "reps", "seed", "empty runs entry", "empty label",
+                                  "group key", "group key twice", "reps", "seed",
+                                  "empty runs entry", "empty label",
                                   "out is a file", "not a number", "unknown flag"])
 def test_bad_input_is_one_line_on_stderr_and_exit_code_2(case, tmp_path, logdir):
     (tmp_path / "a_file").write_text("not a directory")

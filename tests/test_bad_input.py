@@ -94,6 +94,10 @@ CASES = {
                                           "kernel), so SingularClip would change nothing there; "
                                           "the parts it clips by default: actor.params,"
                                           "critic.params,target_critic_params"),
+    "clip part that is a kernel": (["--intervention=clip",
+                                    "--clip_parts=actor.params.MLP_0.Dense_0.kernel"],
+                                   "names a kernel itself; name the layer that holds it "
+                                   "(actor.params.MLP_0.Dense_0) or a part above it"),
     "clip part with optimizer state": (["--intervention=clip", "--clip_parts=actor"],
                                        "--clip_parts=actor includes the optimizer state "
                                        "actor.opt_state, which SingularClip must not touch; "

@@ -72,10 +72,17 @@ def stop(paths: SweepPaths, poll_s: float, say: Callable[[str], None]) -> int:
             for key in launch.get("keys", []):
                 record = read_json(paths.record(key))
                 script = _running_script(record)
-                if script is not None and script not in signalled and record.get("launch") == i:
-                    os.kill(script, signal.SIGTERM)
-                    signalled.add(script)
-                    say(f"stopping {key} at its next episode end, after a checkpoint there")
+                if script is None or script in signalled or record.get("launch") != i:
+                    continue
+                signalled.add(script)
+                # A second SIGTERM would stop the script at once, without its checkpoint: an
+                # earlier --stop's signal is recorded, and not sent again.
+                if record.get("stop_sent_to") == script:
+                    say(f"{key} is stopping already (an earlier --stop)")
+                    continue
+                update_record(paths.record(key), stop_sent_to=script)
+                os.kill(script, signal.SIGTERM)
+                say(f"stopping {key} at its next episode end, after a checkpoint there")
         if not any(process_alive(w) for launch in local.values()
                    for w in launch.get("workers", [])):
             break
