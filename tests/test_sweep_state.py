@@ -25,6 +25,7 @@ from launch.sweep_lib.state import (
     describe,
     process_start,
     read_json,
+    set_once,
     this_process,
     update_record,
 )
@@ -343,3 +344,11 @@ def test_stop_names_the_scancel_of_slurm_launches_and_other_hosts_workers(tmp_pa
         "launch a is on SLURM: `scancel 17` stops its jobs (each run checkpoints at its next "
         "episode end if SLURM's KillWait allows)",
         "no local worker of this sweep runs on this host: nothing to stop here"]
+
+
+def test_set_once_sets_a_value_for_one_caller_only(tmp_path):
+    path = str(tmp_path / "job.json")
+    update_record(path, state="running")
+    assert set_once(path, "stop_sent_to", 42) and not set_once(path, "stop_sent_to", 42)
+    assert set_once(path, "stop_sent_to", 43)
+    assert read_json(path)["stop_sent_to"] == 43 and read_json(path)["state"] == "running"

@@ -125,7 +125,7 @@ class RunJob(submitit.helpers.Checkpointable):
         attempt = read_json(self.record).get("attempt", 0) + 1
         now = time.time()
         self._update(state="running", detail=f"attempt {attempt}", attempt=attempt, started=now,
-                     heartbeat=now, finished=None, returncode=None,
+                     heartbeat=now, finished=None, returncode=None, stop_sent_to=None,
                      scheduler_id=scheduler_id(), **this_process())
         os.makedirs(os.path.dirname(self.stdout), exist_ok=True)
         with open(self.stdout, "ab") as out, open(self.stderr, "ab") as err:

@@ -103,6 +103,18 @@ def update_record(path: str, **changes: Any) -> dict[str, Any]:
     return record
 
 
+def set_once(path: str, name: str, value: Any) -> bool:
+    """Set the record's `name` to `value` under its lock unless it holds that value already;
+    whether this call set it (of two processes racing, one does)."""
+    with _locked(path):
+        record = read_json(path)
+        if record.get(name) == value:
+            return False
+        write_json(path, {**record, name: value, "updated": time.time()}, indent=1,
+                   sort_keys=True)
+    return True
+
+
 def process_start(pid: int) -> str | None:
     """The kernel's start time of `pid` (tells a live process from a reused pid), or None."""
     try:

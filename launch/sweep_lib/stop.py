@@ -13,7 +13,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from launch.sweep_lib.job import claim
-from launch.sweep_lib.state import SweepPaths, process_alive, read_json, update_record
+from launch.sweep_lib.state import (
+    SweepPaths,
+    process_alive,
+    read_json,
+    set_once,
+    update_record,
+)
 
 STOPPED = "stopped by sweep.py --stop before it started"
 
@@ -75,12 +81,11 @@ def stop(paths: SweepPaths, poll_s: float, say: Callable[[str], None]) -> int:
                 if script is None or script in signalled or record.get("launch") != i:
                     continue
                 signalled.add(script)
-                # A second SIGTERM would stop the script at once, without its checkpoint: an
-                # earlier --stop's signal is recorded, and not sent again.
-                if record.get("stop_sent_to") == script:
+                # A second SIGTERM would stop the script at once, without its checkpoint: the
+                # signal is recorded, and another --stop (earlier or racing) does not send it.
+                if not set_once(paths.record(key), "stop_sent_to", script):
                     say(f"{key} is stopping already (an earlier --stop)")
                     continue
-                update_record(paths.record(key), stop_sent_to=script)
                 os.kill(script, signal.SIGTERM)
                 say(f"stopping {key} at its next episode end, after a checkpoint there")
         if not any(process_alive(w) for launch in local.values()
