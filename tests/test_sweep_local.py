@@ -5,7 +5,6 @@ import contextlib
 import csv
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -246,29 +245,6 @@ def test_stop_ends_running_jobs_at_a_checkpoint_and_queued_ones_never_start(tmp_
                                          for s in range(10, 301, 10)]
     # A later --stop signals the resumed attempt's script, even should it get the old one's pid.
     assert read_json(SweepPaths(str(logdir)).record(first))["stop_sent_to"] is None
-
-
-def test_a_second_stop_does_not_signal_a_stopping_job_again(tmp_path, scripts):
-    """A run script's second SIGTERM stops it at once, without its checkpoint."""
-    logdir = tmp_path / "runs"
-    key = "sac/cheetah-run/none-utd1-seed0"
-    record = SweepPaths(str(logdir)).record(key)
-    assert sweep(logdir, scripts, "--no_wait", "--envs=cheetah-run", "--max_steps=400",
-                 "--eval_every=50", "--checkpoint_every=100", "--", "--step_s=0.04"
-                 ).returncode == 0
-    wait_for(lambda: (logdir / key / "checkpoints" / "step_100").exists(), what="a checkpoint")
-    with subprocess.Popen(sweep_argv(logdir, scripts, "--stop"), stdout=subprocess.PIPE,
-                          text=True) as first:
-        wait_for(lambda: read_json(record).get("stop_sent_to") is not None,
-                 what="the first stop's signal")
-        second = sweep(logdir, scripts, "--stop")
-        out, _ = first.communicate(timeout=60)
-    assert second.returncode == 0 and second.stdout.splitlines()[0] == (
-        f"{key} is stopping already (an earlier --stop)")
-    assert out.splitlines()[0] == (f"stopping {key} at its next episode end, after a "
-                                   "checkpoint there")
-    assert re.fullmatch(r"exit 143: error: stopped by SIGTERM at env step [23]00, after a "
-                        r"checkpoint there \(1 SIGTERM\)", read_json(record)["detail"])
 
 
 def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(tmp_path, scripts):

@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -352,3 +353,29 @@ def test_set_once_sets_a_value_for_one_caller_only(tmp_path):
     assert set_once(path, "stop_sent_to", 42) and not set_once(path, "stop_sent_to", 42)
     assert set_once(path, "stop_sent_to", 43)
     assert read_json(path)["stop_sent_to"] == 43 and read_json(path)["state"] == "running"
+
+
+def test_stop_signals_a_running_script_once_across_stop_runs(tmp_path):
+    """A run script's second SIGTERM stops it at once, without its checkpoint: a --stop after
+    an earlier one (or racing it) must not send it. This test process stands for the job
+    process, `sleep`s for its run script and its launch's worker."""
+    paths = SweepPaths(str(tmp_path))
+    os.makedirs(os.path.join(paths.root, "launches"))
+    key = "sac/x/run"
+    with subprocess.Popen(["sleep", "30"]) as script:
+        for sent_before, expected in (
+                (script.pid, f"{key} is stopping already (an earlier --stop)"),
+                (None, f"stopping {key} at its next episode end, after a checkpoint there")):
+            with subprocess.Popen(["sleep", "0.5"]) as worker:
+                write_json(paths.launch("L"), {
+                    "executor": "local", "keys": [key], "submitted": True,
+                    "workers": [{"host": socket.gethostname(), "pid": worker.pid,
+                                 "pid_start": process_start(worker.pid)}]})
+                update_record(paths.record(key), key=key, state="running", launch="L",
+                              child_pid=script.pid, stop_sent_to=sent_before, **this_process())
+                said = []
+                assert stop(paths, 0.1, said.append) == 1
+                assert said[0] == expected
+            if sent_before is not None:
+                assert script.poll() is None, "signalled a second time"
+        assert script.wait(timeout=5) == -signal.SIGTERM

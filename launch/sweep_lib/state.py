@@ -116,13 +116,15 @@ def set_once(path: str, name: str, value: Any) -> bool:
 
 
 def process_start(pid: int) -> str | None:
-    """The kernel's start time of `pid` (tells a live process from a reused pid), or None."""
+    """The kernel's start time of `pid` (tells a live process from a reused pid), or None when
+    there is no such process or it has exited (a zombie its parent has not reaped yet)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else fields[19]
 
 
 def this_process() -> dict[str, Any]:
