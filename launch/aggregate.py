@@ -79,16 +79,15 @@ def run(collected: list[str]) -> None:
         print(f"{x.path}: detected {x.layout} layout -> algorithm '{x.algorithm}', "
               f"{x.runs} runs on {x.tasks} tasks", file=sys.stderr)
     try:
-        try:
-            summary = summarize(datasets, settings)
-        except MemoryError as error:
+        summary = summarize(datasets, settings)
+    except (AggregationError, MemoryError) as error:
+        if created and not any(out.iterdir()):  # nothing to show for it: leave no empty dir
+            out.rmdir()
+        if isinstance(error, MemoryError):
             raise AggregationError(
                 f"out of memory ({str(error) or 'MemoryError'}); --reps, --curve_reps, "
                 "--profile_points and --curve_points set the bootstrap's size: lower them"
             ) from None
-    except AggregationError:
-        if created and not any(out.iterdir()):  # nothing to show for it: leave no empty dir
-            out.rmdir()
         raise
     try:
         written = write_tables(summary, out, sources, collected)

@@ -184,20 +184,16 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     except UnevenEpisodes as e:
         _fail(str(e), 1)
     except MemoryError as e:  # numpy's names the allocation; the buffer is the large one
-        kept = ("the checkpoints written so far are kept" if checkpoint_dirs(cfg.run_dir)[0]
-                else "no checkpoint was written")
         _fail(f"out of memory ({str(e) or 'MemoryError'}); the replay buffer holds "
               f"--buffer_capacity={cfg.buffer_capacity:,} transitions for each of "
-              f"--num_seeds={cfg.num_seeds} seed(s): lower them or free memory; {kept}", 1)
+              f"--num_seeds={cfg.num_seeds} seed(s): lower them or free memory; {_kept(cfg)}", 1)
     except jax.errors.JaxRuntimeError as e:
         if not _out_of_memory(e):
             raise
-        kept = ("the checkpoints written so far are kept" if checkpoint_dirs(cfg.run_dir)[0]
-                else "no checkpoint was written")
         _fail(f"out of memory on the {jax.default_backend().upper()} "
               f"({str(e).splitlines()[0]}); the networks' sizes and --num_seeds x --utd x "
               f"--batch_size ({cfg.num_seeds} x {cfg.utd} x {cfg.batch_size}) set what an "
-              f"update holds: lower them; {kept}", 1)
+              f"update holds: lower them; {_kept(cfg)}", 1)
     except OSError as e:  # a full disk, a lost mount: the checkpoints written so far stand
         # orbax's abandoned write tasks would log their errors at exit, below this one's line
         std_logging.getLogger("asyncio").setLevel(std_logging.CRITICAL)
@@ -222,6 +218,12 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         _interrupted(f"interrupted before the first checkpoint (every {cfg.checkpoint_every:,} "
                      f"env steps, at an episode end) of {cfg.run_dir}; {_same_command(cfg)} "
                      "starts it over")
+
+
+def _kept(cfg: TrainConfig) -> str:
+    """What a run that stopped on an error leaves to resume from."""
+    return ("the checkpoints written so far are kept" if checkpoint_dirs(cfg.run_dir)[0]
+            else "no checkpoint was written")
 
 
 def _out_of_memory(error: Exception) -> bool:

@@ -15,7 +15,7 @@ flags (one line), 130 Ctrl-C (which stops following the jobs, not the jobs).
 import os
 import sys
 
-import launch.startup as startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
 
 # isort: split
 from absl import app, flags, logging

@@ -62,6 +62,12 @@ class SweepPaths:
     def claims(self, launch_id: str) -> str:
         return os.path.join(self.root, "launches", f"{launch_id}.claims")
 
+    def launch_ids(self) -> list[str]:
+        """Ids of every launch recorded, oldest first."""
+        folder = os.path.join(self.root, "launches")
+        names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+        return [n.removesuffix(".json") for n in names if n.endswith(".json")]
+
     def recorded_keys(self) -> list[str]:
         """Keys of every job that has a record, sorted."""
         top = os.path.join(self.root, "jobs")
@@ -115,16 +121,28 @@ def set_once(path: str, name: str, value: Any) -> bool:
     return True
 
 
-def process_start(pid: int) -> str | None:
-    """The kernel's start time of `pid` (tells a live process from a reused pid), or None when
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, parent, ...), or None when
     there is no such process or it has exited (a zombie its parent has not reaped yet)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
+            fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] == "Z" else fields[19]
+    return None if fields[0] == "Z" else fields
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (tells a live process from a reused pid), or None when
+    it is not running."""
+    fields = _stat(pid)
+    return None if fields is None else fields[19]
+
+
+def process_parent(pid: int) -> int | None:
+    """The pid of `pid`'s parent, or None when it is not running."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[1])
 
 
 def this_process() -> dict[str, Any]:

@@ -16,6 +16,7 @@ from launch.sweep_lib.job import claim
 from launch.sweep_lib.state import (
     SweepPaths,
     process_alive,
+    process_parent,
     read_json,
     set_once,
     update_record,
@@ -24,32 +25,17 @@ from launch.sweep_lib.state import (
 STOPPED = "stopped by sweep.py --stop before it started"
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _launches(paths: SweepPaths) -> dict[str, dict[str, Any]]:
-    folder = os.path.join(paths.root, "launches")
-    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    return {n.removesuffix(".json"): read_json(os.path.join(folder, n))
-            for n in names if n.endswith(".json")}
-
-
 def _running_script(record: Mapping[str, Any]) -> int | None:
     """The pid of the run script a running record's job process (alive, on this host) started."""
     if record.get("state") != "running" or not process_alive(record):
         return None
     child = record.get("child_pid")
-    return child if child is not None and _parent(child) == record.get("pid") else None
+    return child if child is not None and process_parent(child) == record.get("pid") else None
 
 
 def stop(paths: SweepPaths, poll_s: float, say: Callable[[str], None]) -> int:
     """Stop every local job of this logdir that runs on this host; returns how many ran."""
-    launches = _launches(paths)
+    launches = {i: read_json(paths.launch(i)) for i in paths.launch_ids()}
     local = {i: launch for i, launch in launches.items() if launch.get("executor") == "local"
              and any(process_alive(w) for w in launch.get("workers", []))}
     elsewhere = [i for i, launch in launches.items() if launch.get("executor") == "local"
@@ -64,32 +50,31 @@ def stop(paths: SweepPaths, poll_s: float, say: Callable[[str], None]) -> int:
     if not local:
         say("no local worker of this sweep runs on this host: nothing to stop here")
         return 0
+    jobs = [(i, key) for i, launch in local.items() for key in launch.get("keys", [])]
+    workers = [w for launch in local.values() for w in launch.get("workers", [])]
     unstarted = 0
-    for i, launch in local.items():
-        for key in launch.get("keys", []):
-            if claim(paths.claims(i), key):  # no worker had: it never starts
-                record = read_json(paths.record(key))
-                if record.get("launch") == i and record.get("state") == "queued":
-                    unstarted += 1
-                    update_record(paths.record(key), state="interrupted", detail=STOPPED)
+    for i, key in jobs:
+        if claim(paths.claims(i), key):  # no worker had: it never starts
+            record = read_json(paths.record(key))
+            if record.get("launch") == i and record.get("state") == "queued":
+                unstarted += 1
+                update_record(paths.record(key), state="interrupted", detail=STOPPED)
     signalled: set[int] = set()
     while True:
-        for i, launch in local.items():
-            for key in launch.get("keys", []):
-                record = read_json(paths.record(key))
-                script = _running_script(record)
-                if script is None or script in signalled or record.get("launch") != i:
-                    continue
-                signalled.add(script)
-                # A second SIGTERM would stop the script at once, without its checkpoint: the
-                # signal is recorded, and another --stop (earlier or racing) does not send it.
-                if not set_once(paths.record(key), "stop_sent_to", script):
-                    say(f"{key} is stopping already (an earlier --stop)")
-                    continue
-                os.kill(script, signal.SIGTERM)
-                say(f"stopping {key} at its next episode end, after a checkpoint there")
-        if not any(process_alive(w) for launch in local.values()
-                   for w in launch.get("workers", [])):
+        for i, key in jobs:
+            record = read_json(paths.record(key))
+            script = _running_script(record)
+            if script is None or script in signalled or record.get("launch") != i:
+                continue
+            signalled.add(script)
+            # A second SIGTERM would stop the script at once, without its checkpoint: the
+            # signal is recorded, and another --stop (earlier or racing) does not send it.
+            if not set_once(paths.record(key), "stop_sent_to", script):
+                say(f"{key} is stopping already (an earlier --stop)")
+                continue
+            os.kill(script, signal.SIGTERM)
+            say(f"stopping {key} at its next episode end, after a checkpoint there")
+        if not any(process_alive(w) for w in workers):
             break
         time.sleep(poll_s)
     if signalled or unstarted:
