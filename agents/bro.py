@@ -22,6 +22,7 @@ import optax
 from flax.training.train_state import TrainState
 
 from agents.common import (
+    FLOAT32_LOG_RANGE,
     Batch,
     Temperature,
     check_ranges,
@@ -31,7 +32,7 @@ from agents.common import (
 )
 from networks import BroActor, Ensemble, OptimisticActor, QuantileCritic, tanh_gaussian_sample
 
-FLOAT32_LOG_RANGE = 80.0  # exp(+-80) is still a finite, normal float32
+FLOAT32_TINY = float(jnp.finfo(jnp.float32).tiny)
 NUM_CRITICS = 2  # the optimism and pessimism terms use the spread |q1 - q2| / 2 of two critics
 
 
@@ -82,7 +83,19 @@ class BROConfig:
                                      "num_quantiles", "init_scale", "batch_size", "kappa",
                                      "std_multiplier", "actor_lr", "optimistic_lr", "critic_lr",
                                      "temp_lr", "scalar_lr", "init_temperature"),
-                     unit_b1=("temp_b1", "scalar_b1"), non_negative=("weight_decay", "target_kl"))
+                     unit_b1=("temp_b1", "scalar_b1"),
+                     non_negative=("weight_decay", "pessimism", "shift_init_scale"))
+        if not self.target_kl > 0:  # the KL is >= 0: at 0, optimism would only ever shrink
+            raise ValueError(f"target_kl must be positive (the KL per action dimension that "
+                             f"the optimism scalars steer to), got {self.target_kl}")
+        if self.kappa < FLOAT32_TINY:  # the quantile Huber loss divides by it
+            raise ValueError(f"kappa must be at least {FLOAT32_TINY:.3g}, the smallest normal "
+                             f"float32 (the loss divides by it), got {self.kappa}")
+        for name in ("actor_lr", "optimistic_lr", "critic_lr"):  # AdamW: w -= lr * wd * w
+            if getattr(self, name) * self.weight_decay >= 1:
+                raise ValueError(f"weight_decay x {name} must be below 1 (AdamW multiplies "
+                                 f"every weight by 1 - lr x weight_decay each step), got "
+                                 f"{self.weight_decay} x {getattr(self, name)}")
         for name in ("critic_depth", "actor_depth", "optimistic_depth"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -12,6 +12,11 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
+FLOAT32_LOG_RANGE = 80.0  # exp(+-80) is still a finite, normal float32
+# A tanh-squashed policy's entropy is at most |A| ln 2 (uniform on [-1, 1]^|A|): a target entropy
+# -scale * |A| above it could never be reached, and the temperature would grow without bound.
+MIN_TARGET_ENTROPY_SCALE = -math.log(2.0)
+
 
 def check_finite_numbers(config) -> None:
     """ValueError naming the first float field of a config dataclass that is NaN or infinite
@@ -26,7 +31,8 @@ def check_ranges(config, positive: tuple[str, ...], unit_b1: tuple[str, ...] = (
                  non_negative: tuple[str, ...] = ()) -> None:
     """ValueError naming the first setting of an agent's config outside its range: the
     `positive` ones, Adam's `unit_b1` decay rates in [0, 1), the `non_negative` ones, and every
-    agent's discount in [0, 1], Polyak tau in (0, 1] and log_std_min below log_std_max."""
+    agent's discount in [0, 1], Polyak tau in (0, 1], an initial temperature and log-std bounds
+    whose exponentials are float32 numbers, and a target entropy a tanh policy can reach."""
     check_finite_numbers(config)
     for name in positive:
         if getattr(config, name) <= 0:
@@ -41,9 +47,20 @@ def check_ranges(config, positive: tuple[str, ...], unit_b1: tuple[str, ...] = (
         raise ValueError(f"discount must be in [0, 1], got {config.discount}")
     if not 0.0 < config.tau <= 1.0:
         raise ValueError(f"tau must be in (0, 1], got {config.tau}")
-    if not config.log_std_min < config.log_std_max:
-        raise ValueError(f"log_std_min must be below log_std_max, got {config.log_std_min} "
-                         f"and {config.log_std_max}")
+    if not -FLOAT32_LOG_RANGE <= config.log_std_min < config.log_std_max <= FLOAT32_LOG_RANGE:
+        raise ValueError(f"log_std_min and log_std_max must satisfy -{FLOAT32_LOG_RANGE:g} <= min "
+                         f"< max <= {FLOAT32_LOG_RANGE:g} (exp of them is a float32), got "
+                         f"{config.log_std_min} and {config.log_std_max}")
+    if not (config.init_temperature > 0
+            and abs(math.log(config.init_temperature)) < FLOAT32_LOG_RANGE):
+        raise ValueError(f"init_temperature must lie strictly inside (e^-{FLOAT32_LOG_RANGE:g}, "
+                         f"e^{FLOAT32_LOG_RANGE:g}) (its log is learned as a float32), got "
+                         f"{config.init_temperature}")
+    if not config.target_entropy_scale > MIN_TARGET_ENTROPY_SCALE:
+        raise ValueError(f"target_entropy_scale must be above -ln 2 = "
+                         f"{MIN_TARGET_ENTROPY_SCALE:.4f} (the target entropy is -scale * |A|, and "
+                         f"a tanh policy's entropy is at most |A| ln 2), got "
+                         f"{config.target_entropy_scale}")
 
 
 class Batch(NamedTuple):

@@ -9,6 +9,7 @@ from envs.names import check_env_name, dm_suite
 
 RngState = dict[str, np.ndarray]
 _MT_KEY_SIZE = 624
+EPISODE_STEPS = 1000  # the suite's time limit in control steps (lqr's is infinite otherwise)
 
 
 def flatten_observation(observation: Mapping[str, np.ndarray], keys: tuple[str, ...]) -> np.ndarray:
@@ -33,11 +34,14 @@ def rescale_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.
 
 
 def check_action_repeat(action_repeat: int) -> int:
-    """`action_repeat` as an int; raises ValueError unless it is an integer >= 1."""
+    """`action_repeat` as an int; raises ValueError unless it is an integer from 1 to an
+    episode's EPISODE_STEPS control steps (more would make every agent step a whole episode)."""
     if isinstance(action_repeat, bool) or not isinstance(action_repeat, int | np.integer):
-        raise ValueError(f"action_repeat must be an integer >= 1, got {action_repeat!r}")
-    if action_repeat < 1:
-        raise ValueError(f"action_repeat must be an integer >= 1, got {action_repeat}")
+        raise ValueError(f"action_repeat must be an integer from 1 to {EPISODE_STEPS}, got "
+                         f"{action_repeat!r}")
+    if not 1 <= action_repeat <= EPISODE_STEPS:
+        raise ValueError(f"action_repeat must be an integer from 1 to {EPISODE_STEPS} (an "
+                         f"episode's control steps), got {action_repeat}")
     return int(action_repeat)
 
 
@@ -146,9 +150,6 @@ class DMCEnv:
             int(state["has_gauss"]),
             float(state["gauss"]),
         ))
-
-
-EPISODE_STEPS = 1000  # the suite's time limit in control steps (lqr's is infinite otherwise)
 
 
 def make_env(name: str, seed: int, action_repeat: int = 1) -> DMCEnv:

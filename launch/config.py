@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from absl import flags
 
+from envs.dmc import EPISODE_STEPS
 from replay.buffer import MAX_CAPACITY
 
 INTERVENTIONS = ("none", "reset", "clip")
@@ -129,6 +130,9 @@ def validate(cfg: TrainConfig) -> None:
                  "buffer_capacity", "eval_every", "eval_episodes", "log_every",
                  "intervention_every", "checkpoint_every", "clip_ns_steps"):
         _positive(name, getattr(cfg, name))
+    if cfg.action_repeat > EPISODE_STEPS:
+        raise ConfigError(f"--action_repeat must be from 1 to {EPISODE_STEPS} (an episode's "
+                          f"control steps), got {cfg.action_repeat}")
     per_call = cfg.num_seeds * cfg.utd * cfg.batch_size
     if per_call > MAX_UPDATE_BATCH:
         raise ConfigError(f"--num_seeds x --utd x --batch_size = {per_call:,} transitions in one "
@@ -155,6 +159,9 @@ def validate(cfg: TrainConfig) -> None:
     if not cfg.logdir.strip():
         raise ConfigError("--logdir is empty; give the directory the results tree goes under "
                           "(default: runs)")
+    if cfg.run_name and not cfg.run_name.strip():
+        raise ConfigError(f"--run_name is blank ({cfg.run_name!r}); give a directory name, or "
+                          "leave it out for <intervention>-utd<utd>-seed<seed>")
     if "/" in cfg.run_name or os.sep in cfg.run_name or cfg.run_name in (".", ".."):
         raise ConfigError(f"--run_name must be one directory name (no '/', not '.' or '..'), "
                           f"got {cfg.run_name!r}: runs live in <logdir>/<agent>/<env>/<run_name>")
@@ -285,7 +292,8 @@ def define_flags(defaults: TrainConfig) -> None:
                          "at every evaluation.")
     flags.DEFINE_list("dormant_taus", [f"{t:g}" for t in d.dormant_taus], "Dormant-unit "
                       "thresholds tau the diagnostics report (a unit is dormant when its mean "
-                      "|activation| over the layer's mean is <= tau; 0 counts dead units).")
+                      "|activation| over the layer's mean is <= tau; 0 counts dead units; empty: "
+                      "none).")
     flags.DEFINE_float("srank_threshold", d.srank_threshold, "srank of a feature matrix: the "
                        "smallest k whose top-k singular values reach this share of their sum.")
     flags.DEFINE_integer("diagnostics_batch_size", d.diagnostics_batch_size, "Replay transitions "

@@ -32,8 +32,12 @@ CASES = {
     "c infinite": (["--clip_c=inf", "--intervention=clip"], "--clip_c must be a finite number"),
     "nan learning rate": (["--critic_lr=nan"], "--critic_lr must be a finite number, got nan"),
     "infinite init scale": (["--init_scale=inf"], "--init_scale must be a finite number"),
-    "log-std bounds crossed": (["--log_std_min=3"], "--log_std_min must be below log_std_max, "
-                               "got 3.0 and 2.0"),
+    "log-std bounds crossed": (["--log_std_min=3"], "--log_std_min and log_std_max must satisfy "
+                               "-80 <= min < max <= 80 (exp of them is a float32), got 3.0 and "
+                               "2.0"),
+    "action repeat past an episode": (["--action_repeat=1001"], "--action_repeat must be from 1 "
+                                      "to 1000 (an episode's control steps), got 1001"),
+    "blank run name": (["--run_name= "], "--run_name is blank (' ')"),
     "seeds past 2**32": (["--seed=4294967290", "--num_seeds=2"], "give env seeds up to "
                          "4294967333; dm_control takes seeds below 2**32"),
     "non-positive max_steps": (["--max_steps=0"], "--max_steps must be positive"),

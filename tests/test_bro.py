@@ -307,12 +307,28 @@ def test_config_rejects_what_cannot_work():
                          (dict(discount=-1.0), r"discount must be in \[0, 1\]"),
                          (dict(temp_b1=1.0), r"temp_b1 must be in \[0, 1\)"),
                          (dict(weight_decay=-1e-4), "weight_decay must be >= 0"),
-                         (dict(target_kl=-0.05), "target_kl must be >= 0"),
-                         (dict(log_std_min=5.0), "log_std_min must be below log_std_max")]:
+                         (dict(target_kl=0.0), "target_kl must be positive"),
+                         (dict(pessimism=-1.0), "pessimism must be >= 0"),
+                         (dict(shift_init_scale=-0.01), "shift_init_scale must be >= 0"),
+                         (dict(kappa=1e-40), "kappa must be at least 1.18e-38"),
+                         (dict(weight_decay=1e4), "weight_decay x actor_lr must be below 1"),
+                         (dict(weight_decay=1.0, critic_lr=1.0),
+                          "weight_decay x critic_lr must be below 1"),
+                         (dict(init_temperature=1e-300),
+                          r"init_temperature must lie strictly inside \(e\^-80, e\^80\)"),
+                         (dict(init_temperature=1e36), "init_temperature must lie strictly"),
+                         (dict(target_entropy_scale=-0.7), "target_entropy_scale must be above"),
+                         (dict(log_std_max=81.0), "-80 <= min < max <= 80"),
+                         (dict(log_std_min=-81.0), "-80 <= min < max <= 80"),
+                         (dict(log_std_min=5.0), "-80 <= min < max <= 80")]:
         with pytest.raises(ValueError, match=message):
             bro.BROConfig(**bad)
     with pytest.raises(ValueError, match="init_kl_weight must lie strictly inside"):
         bro.BROConfig(init_kl_weight=0.0)
+    # the edges that still work
+    bro.BROConfig(pessimism=0.0, shift_init_scale=0.0, kappa=1e-30, weight_decay=3000.0,
+                  init_temperature=1e-30, target_entropy_scale=-0.69, log_std_min=-80.0,
+                  log_std_max=80.0)
 
 
 # run_bro.py end to end
