@@ -70,9 +70,10 @@ class Stopped(RuntimeError):
     """The run stopped, as asked (`Trainer.stop_requested`), at `env_step`: an episode end,
     where it wrote a checkpoint to resume from."""
 
-    def __init__(self, env_step: int):
+    def __init__(self, env_step: int, returns: np.ndarray | None = None):
         super().__init__(f"stopped at env step {env_step}, after a checkpoint there")
         self.env_step = env_step
+        self.returns = returns  # of the evaluation at that step, if one was due there
 
 
 def to_batch(sample: dict[str, np.ndarray]) -> Batch:
@@ -496,7 +497,7 @@ class Trainer:
                       or self.stop_requested):
             self.save(loop)
             if self.stop_requested and loop.env_step < cfg.max_steps:
-                raise Stopped(loop.env_step)
+                raise Stopped(loop.env_step, returns)
         return returns
 
     def run(self) -> Loop:
@@ -512,15 +513,24 @@ class Trainer:
                    disable=not cfg.progress, desc=f"{cfg.agent} {cfg.env}", postfix=shown,
                    **every)
         started = time.time() - loop.wall_time
+
+        def advance(returns: np.ndarray | None) -> None:
+            nonlocal last_return
+            if returns is not None:
+                last_return = float(np.mean(returns))
+            bar.update(1)
+            if (loop.env_step % 100 == 0 or returns is not None) and last_return is not None:
+                bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
+
         try:
             while loop.env_step < cfg.max_steps:
                 ctrl_c.raise_dropped()  # a Ctrl-C that Python dropped in a callback
-                returns = self.iteration(loop, started)
-                if returns is not None:
-                    last_return = float(np.mean(returns))
-                bar.update(1)
-                if loop.env_step % 100 == 0 and last_return is not None:
-                    bar.set_postfix(eval_return=f"{last_return:.1f}", refresh=False)
+                try:
+                    returns = self.iteration(loop, started)
+                except Stopped as stopped:  # the bar's last redraw shows where it stopped
+                    advance(stopped.returns)
+                    raise
+                advance(returns)
             if self.last_checkpoint != loop.env_step:
                 self.save(loop)
         except Diverged as e:  # recorded in the run directory, where aggregation looks

@@ -97,8 +97,8 @@ def wait_for_checkpoint(directory, proc, timeout=120):
 def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tmp_path):
     intervention = "reset"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args, "--progress"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_checkpoint(run_dir(tmp_path, intervention) / "checkpoints", proc)
     delay = random.Random().uniform(0.0, 1.5)
     time.sleep(delay)
@@ -124,8 +124,8 @@ def test_sigterm_checkpoints_at_the_next_episode_end_then_resume_is_bit_identica
     intervention = "reset"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}",
             "--checkpoint_every=100000"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args, "--progress"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     eval_csv = run_dir(tmp_path, intervention) / "eval.csv"
     start = time.time()
     while not (eval_csv.exists() and len(read_csv(eval_csv)) >= 2):  # evaluated at step 125
@@ -143,6 +143,9 @@ def test_sigterm_checkpoints_at_the_next_episode_end_then_resume_is_bit_identica
     assert 125 <= step < 1000 and step % 125 == 0, "an episode end, from the first evaluation on"
     checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
     assert sorted(os.listdir(checkpoints)) == [str(step)]
+    last = [float(r["return"]) for r in read_csv(eval_csv) if int(r["env_step"]) == step]
+    bar = err.strip().splitlines()[-2]  # its last redraw, at close, above the error line
+    assert f" {step}/1000 " in bar and f"eval_return={sum(last) / len(last):.1f}]" in bar, bar
     resumed = run("run_sac.py", *args)
     assert f"resumed from the checkpoint at env step {step}" in resumed.stderr
     assert_bit_identical(returns(run_dir(tmp_path, intervention)), uninterrupted(intervention),
@@ -376,8 +379,8 @@ def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_pa
 
 def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
     args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args, "--progress"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_checkpoint(run_dir(tmp_path, "none") / "checkpoints", proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -415,8 +418,8 @@ def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path)
 def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, resume, again):
     args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}",
             f"--resume={resume}"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args, "--progress"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     banner = proc.stderr.readline()  # printed before anything is compiled
     assert banner.startswith("sac on cartpole-swingup"), banner
     proc.send_signal(signal.SIGINT)
