@@ -344,7 +344,7 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_boolean("dry_run", False, "Make the checks a run makes before training "
                          "(flags, env name, agent hyperparameters, clip parts, the run "
                          "directory) and exit as it would, 0 when it would train; reads the run "
-                         "directory, writes nothing (a sweep checks its jobs this way).")
+                         "directory, leaves nothing behind (a sweep checks its jobs this way).")
 
 
 def _number_list(name: str, values: Sequence[str], kind: type = int) -> tuple:

@@ -12,6 +12,7 @@ import logging as std_logging
 import os
 import signal
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 
@@ -241,8 +242,8 @@ def _same_command(cfg: TrainConfig) -> str:
 def _dry_run(cfg: TrainConfig, agent_config, warn_schedule) -> None:
     """--dry_run: the checks a run makes before it trains, its run directory's included (in
     use by another process, holding a run of other settings, a --resume mode that forbids
-    what is there, not writable), and its warnings; it reads that directory and writes
-    nothing. Each failure exits as the run would."""
+    what is there, not writable), and its warnings; it reads that directory and leaves
+    nothing behind. Each failure exits as the run would."""
     check_not_in_use(cfg.run_dir)
     state = resume_state(cfg, config_record(cfg, agent_config))
     if state != "done":  # a finished run is read only (it may be archived read-only)
@@ -277,8 +278,9 @@ CHECKPOINT_PATH_ROOM = 256  # below the run directory: checkpoints/<step>.orbax-
 
 def check_writable(run_dir: str, create: bool = True) -> None:
     """Raise ConfigError unless the run directory can be created and written. Without `create`
-    it is judged without writing anything: the nearest folder that exists must be a writable
-    directory, and the names below it to create must fit."""
+    it is judged without leaving anything behind: the nearest folder that exists must be a
+    directory where a probe folder can be made (and is removed at once; permissions alone
+    pass root anywhere, /proc included), and the names below it to create must fit."""
     path = os.path.abspath(run_dir)
     if "[" in path or "]" in path:  # orbax finds a checkpoint's files with a glob below it
         raise ConfigError(f"the run directory {path} has '[' or ']' in its path; checkpoints "
@@ -305,6 +307,7 @@ def check_writable(run_dir: str, create: bool = True) -> None:
             raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
             raise OSError(errno.EACCES, f"{folder} is not a writable directory")
+        os.rmdir(tempfile.mkdtemp(prefix=".dry_run_probe_", dir=folder))
     except OSError as e:
         raise ConfigError(f"cannot write to the run directory {run_dir}: {e.strerror}; "
                           "choose a writable --logdir") from None

@@ -158,6 +158,18 @@ def test_dry_run_checks_the_run_directory(tmp_path):
     assert unwritable.returncode == 2 and "cannot write to the run directory" in unwritable.stderr
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_dry_run_refuses_a_folder_where_nothing_can_be_made_even_for_root(tmp_path):
+    """/proc passes permission checks for root (as CI and containers often run), yet refuses
+    every mkdir: the dry run's probe folder finds that out, and leaves nothing behind."""
+    from launch.runner import check_writable
+
+    with pytest.raises(ConfigError, match="cannot write to the run directory /proc/nope/runs"):
+        check_writable("/proc/nope/runs", create=False)
+    check_writable(str(tmp_path / "runs" / "sac"), create=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_filesystem_that_refuses_modes_still_gets_the_json_files(tmp_path, monkeypatch):
     def refuse(fd, mode):
         raise PermissionError(errno.EPERM, "Operation not permitted")
