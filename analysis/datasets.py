@@ -36,7 +36,7 @@ def _warn_repeated_seeds(label: str, runs: Sequence[Run]) -> None:
     if repeated:
         (task, seed, _), where = next(iter(sorted(repeated.items())))
         warnings.warn(f"{label}: {len(repeated)} seed(s) appear in more than one run dir and "
-                      f"count once per copy (seed {seed} on {task} in {', '.join(where)})",
+                      f"count once per copy (e.g. seed {seed} on {task} in {', '.join(where)})",
                       AggregationWarning, stacklevel=3)
 
 

@@ -8,9 +8,9 @@
 
 Launching again skips finished runs and resumes interrupted ones from their checkpoints.
 Flags after `--` (or in --extra) go to every run script. Exit codes: 0 every job done (or
-submitted, with --no_wait; --status and --stop always), 1 some job failed or was interrupted,
-2 bad flags (one line), 130 Ctrl-C (which stops following the jobs, not the jobs: --stop
-stops local ones, resumably).
+submitted, with --no_wait; --status and --stop whenever the logdir holds a sweep), 1 some job
+failed or was interrupted, 2 bad flags or no sweep in the logdir (one line), 130 Ctrl-C (which
+stops following the jobs, not the jobs: --stop stops local ones, resumably).
 """
 
 import os
