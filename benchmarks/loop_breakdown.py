@@ -8,8 +8,11 @@ apart. This script says which part it is: it runs real training iterations (`Tra
 with timers around the env (steps and resets), the replay insert and sample and the jitted
 update+act call (waited on, as the loop waits for its actions), then times each part again in
 a tight loop of its own. The rest (the loop's own Python, a train.csv row every 1,000 steps)
-is what remains. A last row steps the env alone with a 16 MiB memory copy before each step, which
-evicts the CPU caches as the update does without running any XLA code.
+is what remains. The env's time is split further, inside dm_control's step: MuJoCo's stepping
+(C), the task's Python (reward, observation, before and after the step), and the rest
+(dm_control's and this project's wrappers). A last row steps the env alone with a 16 MiB memory
+copy before each step, which evicts the CPU caches as the update does without running any XLA
+code.
 """
 
 import tempfile
@@ -43,6 +46,27 @@ def timed(fn, totals: dict, name: str, wait: bool = False):
     return wrapper
 
 
+def time_env_parts(env, totals: dict[str, dict]) -> None:
+    """Timers inside the first env's dm_control step, adding to totals["now"] (swapped between
+    the loop and the env alone): MuJoCo's stepping and the task's Python."""
+    dm = env.envs[0].env
+
+    def wrap(owner, attr: str, name: str) -> None:
+        fn = getattr(owner, attr)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            out = fn(*args, **kwargs)
+            totals["now"][name] += time.perf_counter() - start
+            return out
+
+        setattr(owner, attr, wrapper)
+
+    wrap(dm.physics, "step", "MuJoCo stepping")
+    for attr in ("before_step", "after_step", "get_reward", "get_observation"):
+        wrap(dm.task, attr, "the task's Python")
+
+
 def main(_):
     steps, utd = FLAGS.steps, FLAGS.utd
     print(f"devices: {jax.devices()}; XLA_FLAGS: {xla_flags()}")
@@ -57,6 +81,9 @@ def main(_):
         jax.block_until_ready(loop.states)
 
         inside = defaultdict(float)
+        env_parts = {"loop": defaultdict(float), "alone": defaultdict(float)}
+        env_parts["now"] = env_parts["loop"]
+        time_env_parts(trainer.env, env_parts)
         env_step, env_reset = trainer.env.step, trainer.env.reset
         insert, sample = trainer.buffer.insert, trainer.buffer.sample
         train_step = trainer.train_step
@@ -75,7 +102,9 @@ def main(_):
 
         rng = np.random.default_rng(0)
         trainer.env.reset()
+        env_parts["now"] = env_parts["alone"]
         apart = {"env": env_seconds(trainer.env, steps, rng)}
+        env_parts["now"] = defaultdict(float)  # the evicted run below is not split
         obs, actions, rewards = loop.obs, loop.actions, np.zeros(cfg.num_seeds, np.float32)
         no = np.zeros(cfg.num_seeds, bool)
         start = time.perf_counter()
@@ -99,6 +128,15 @@ def main(_):
         added = seconds - apart[name]
         print(f"{name:<20} {seconds * ms:>12.3f} {apart[name] * ms:>10.3f} {added * ms:>10.3f} "
               f"{100 * added / loop_seconds:>11.1f}%")
+        if name == "env":
+            split = {part: (env_parts["loop"][part], env_parts["alone"][part])
+                     for part in env_parts["loop"]}
+            split["  the rest"] = (seconds - sum(a for a, _ in split.values()),
+                                   apart[name] - sum(b for _, b in split.values()))
+            for part, (in_loop, alone) in split.items():
+                print(f"  {part.strip():<18} {in_loop * ms:>12.3f} {alone * ms:>10.3f} "
+                      f"{(in_loop - alone) * ms:>10.3f} "
+                      f"{100 * (in_loop - alone) / loop_seconds:>11.1f}%")
     rest = loop_seconds - sum(inside.values())
     print(f"{'everything else':<20} {rest * ms:>12.3f} {'':>10} {rest * ms:>10.3f} "
           f"{100 * rest / loop_seconds:>11.1f}%")
