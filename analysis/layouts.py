@@ -98,6 +98,15 @@ def _env_step(text: str) -> int:
     return int(value)
 
 
+def _seed(text: str) -> str:
+    """A seed as eval.csv spells it ("0", " 0", "0.0"), in one spelling: "0". ValueError
+    unless a whole number >= 0, so that one seed never counts as several runs."""
+    value = _env_step(text)
+    if value < 0:
+        raise ValueError(f"seed {text} is negative")
+    return str(value)
+
+
 def read_txt_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Rows "<env_step> <return>" -> steps (T,), returns (T,)."""
     steps, returns = [], []
@@ -179,13 +188,26 @@ def _eval_rows(path: Path) -> csv.DictReader:
     """eval.csv's rows, less a last row without its line end (being written as it is read),
     which is left out with a warning."""
     with reading(path):
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark, as spreadsheets save
     cut = text.rfind("\n") + 1
     if 0 < cut < len(text):  # after a whole header line
         warnings.warn(f"{path}: its last row ({text[cut:]!r}) has no line end, as when read "
                       "while it is being written; left out", AggregationWarning, stacklevel=3)
         text = text[:cut]
-    return csv.DictReader(io.StringIO(text, newline=""))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    with _csv_errors(path):
+        if reader.fieldnames:  # "env_step, seed, return" names the same columns
+            reader.fieldnames = [name.strip() for name in reader.fieldnames]
+    return reader
+
+
+@contextlib.contextmanager
+def _csv_errors(path: Path):
+    """csv's own errors (a field past its size limit, say) as an AggregationError naming it."""
+    try:
+        yield
+    except csv.Error as error:
+        raise AggregationError(f"{path}: not a readable CSV ({error})") from None
 
 
 def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
@@ -195,9 +217,9 @@ def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
     when that is why, so that the run is named and not just missing."""
     with reading(run_dir / "config.json"):
         config = json.loads((run_dir / "config.json").read_text())
-    if not isinstance(config, dict) or "env" not in config:
+    if not isinstance(config, dict) or not isinstance(config.get("env"), str):
         raise AggregationError(f"{run_dir / 'config.json'}: expected a JSON object with an "
-                               "'env' key")
+                               "'env' key naming the task (a string)")
     config = with_added_settings(config)  # a run recorded before a setting existed has its value
     reader = _eval_rows(run_dir / "eval.csv")
     missing = [c for c in EVAL_COLUMNS if c not in (reader.fieldnames or [])]
@@ -205,16 +227,19 @@ def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
         raise AggregationError(f"{run_dir / 'eval.csv'}: missing columns {missing}; "
                                f"expected a header with {', '.join(EVAL_COLUMNS)}")
     rows: dict[str, list[tuple[int, float]]] = {}
-    for row in reader:
-        try:
-            if None in row.values() or None in row:  # fewer or more fields than the header
-                raise ValueError
-            entry = (_env_step(row["env_step"]), float(row["return"]))
-        except (TypeError, ValueError):
-            raise AggregationError(f"{run_dir / 'eval.csv'}:{reader.line_num}: expected "
-                                   f"{', '.join(reader.fieldnames)}, with numbers for "
-                                   f"env_step and return, got {row}") from None
-        rows.setdefault(row["seed"], []).append(entry)
+    with _csv_errors(run_dir / "eval.csv"):
+        for row in reader:
+            try:
+                if None in row.values() or None in row:  # fewer or more fields than the header
+                    raise ValueError
+                entry = (_env_step(row["env_step"]), float(row["return"]))
+                seed = _seed(row["seed"])
+            except (TypeError, ValueError):
+                raise AggregationError(f"{run_dir / 'eval.csv'}:{reader.line_num}: expected "
+                                       f"{', '.join(reader.fieldnames)}, with whole numbers "
+                                       f"for env_step and seed and a number for return, got "
+                                       f"{row}") from None
+            rows.setdefault(seed, []).append(entry)
     expected = config.get("num_seeds")
     counted = (f"eval.csv has {len(rows)} of num_seeds={expected} seeds"
                if isinstance(expected, int) and len(rows) < expected else "")
@@ -275,6 +300,16 @@ def _read_diverged(run_dir: Path) -> dict | None:
         record = json.loads(path.read_text())
     if not isinstance(record, dict):
         raise AggregationError(f"{path}: expected a JSON object with env_step and seed")
+    try:  # as the trainer writes them: whole numbers (a seed as eval.csv's are compared)
+        record["env_step"] = _env_step(str(record["env_step"]))
+        if "seed" in record:
+            record["seed"] = int(_seed(str(record["seed"])))
+        if isinstance(record.get("seeds_stopped"), list):
+            record["seeds_stopped"] = [int(_seed(str(s))) for s in record["seeds_stopped"]]
+    except (KeyError, ValueError):
+        raise AggregationError(f"{path}: expected a JSON object with env_step and seed as "
+                               f"whole numbers >= 0 (and seeds_stopped a list of them), got "
+                               f"{record}") from None
     return record
 
 

@@ -48,6 +48,11 @@ def score_rows(summary: Summary) -> list[dict]:
     return rows
 
 
+def _cell(value) -> str:
+    """A markdown table cell: a '|' in a label or path would end the cell."""
+    return str(value).replace("|", "\\|")
+
+
 def _interval(row: dict, key: str, digits: int) -> str:
     return f"{row[key]:.{digits}f} [{row['lower']:.{digits}f}, {row['upper']:.{digits}f}]"
 
@@ -82,18 +87,19 @@ def markdown(summary: Summary, sources: Sequence[Source] = (),
                     first["max_runs_per_task"] else
                     f"{first['min_runs_per_task']}-{first['max_runs_per_task']}")
         cells = [_interval(rows[m], "estimate", digits) for m in METRICS]
-        lines.append(f"| {label} | " + " | ".join(cells) +
+        lines.append(f"| {_cell(label)} | " + " | ".join(cells) +
                      f" | {first['runs']} ({per_task} per task) | {first['tasks']} |")
     if summary.improvement:
         lines += ["", "## Probability of improvement", "",
                   "| X | Y | P(X > Y) | Runs X | Runs Y | Tasks |",
                   "| --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {r['x']} | {r['y']} | {_interval(r, 'probability', 3)} | {r['runs_x']} | "
+        lines += [f"| {_cell(r['x'])} | {_cell(r['y'])} | {_interval(r, 'probability', 3)} | "
+                  f"{r['runs_x']} | "
                   f"{r['runs_y']} | {r['tasks']} |" for r in summary.improvement]
     if sources:
         lines += ["", "## Inputs", "", "| Algorithm | Path | Layout | Runs read | Tasks |",
                   "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {x.algorithm} | {x.path} | {x.layout} | {x.runs} | {x.tasks} |"
+        lines += [f"| {_cell(x.algorithm)} | {_cell(x.path)} | {x.layout} | {x.runs} | {x.tasks} |"
                   for x in sources]
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -63,7 +64,8 @@ def check_settings(s: Settings) -> None:
         (s.reps >= 1, f"--reps must be >= 1, got {s.reps}"),
         (s.curve_reps >= 1, f"--curve_reps must be >= 1, got {s.curve_reps}"),
         (0.0 < s.confidence < 1.0, f"--confidence must be in (0, 1), got {s.confidence}"),
-        (s.max_return > 0, f"--max_return must be > 0, got {s.max_return}"),
+        (math.isfinite(s.max_return) and s.max_return > 0,
+         f"--max_return must be a finite number > 0, got {s.max_return}"),
         (s.curve_points >= 0, f"--curve_points must be >= 0, got {s.curve_points}"),
         (s.profile_points >= 2, f"--profile_points must be >= 2, got {s.profile_points}"),
         (s.seed >= 0, f"--seed must be >= 0, got {s.seed}"),
@@ -165,6 +167,15 @@ def summarize(datasets: Mapping[str, Sequence[Run]], settings: Settings = Settin
     tasks = _scored_tasks(raw, tasks)
     divisor = settings.max_return if settings.normalize else 1.0
     kept = {label: m.select(tasks) for label, m in raw.items()}
+    for label, m in kept.items():
+        above = m.values > settings.max_return
+        if above.any():
+            warnings.warn(f"{label}: {int(above.sum())} of its {above.size} scores exceed "
+                          f"--max_return={settings.max_return:g} (up to {m.values.max():g}); "
+                          "the optimality gap counts them as no gap, and normalised scores "
+                          "pass 1: is --max_return the best return of these tasks (DMC: "
+                          "1000)?",
+                          AggregationWarning, stacklevel=2)
     scores = {label: dataclasses.replace(m, values=m.values / divisor) for label, m in kept.items()}
     gamma = settings.scale
     return Summary(

@@ -289,7 +289,7 @@ def test_malformed_eval_csv_row_names_file_and_line(tmp_path):
     with open(run_dir / "eval.csv", "a") as fh:
         fh.write("40000,0,nan?,1.0\n")
     with pytest.raises(AggregationError, match=r"eval.csv:5: expected env_step, seed, return, "
-                                               r"wall_time, with numbers"):
+                                               r"wall_time, with whole numbers for env_step"):
         load_runs(tmp_path)
 
 
@@ -507,3 +507,56 @@ def test_a_folder_of_algorithms_names_the_subfolders_to_pass(tmp_path):
     with pytest.raises(AggregationError, match=r"its subfolders no_resets, resets hold runs: "
                                                r"pass each as a --runs entry"):
         detect_layout(tmp_path)
+
+
+def test_one_seed_spelled_several_ways_is_one_run(tmp_path):
+    """"0", " 0" and "0.0" are one seed: as three runs, it would count three times."""
+    run_dir = write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0, (10_000,))})
+    with open(run_dir / "eval.csv", "a") as f:
+        f.write("20000,0.0,30.0,1.0\n30000, 0,40.0,2.0\n")
+    _, runs = load_runs(tmp_path)
+    assert [(r.run_id, list(r.steps)) for r in runs] == [
+        ("sac/cheetah-run/a/seed0", [10_000, 20_000, 30_000])]
+    with open(run_dir / "eval.csv", "a") as f:
+        f.write("40000,0.5,30.0,1.0\n")
+    with pytest.raises(AggregationError, match=r"eval.csv:5: expected env_step, seed, return, "
+                       r"wall_time, with whole numbers for env_step and seed"):
+        load_runs(tmp_path)
+
+
+def test_a_diverged_json_with_a_step_as_text_or_float_still_drops_the_run(tmp_path):
+    """The trainer writes whole numbers; a step spelled "14000" or 14000.0 must not let the
+    run be scored from before it diverged, and one that is no step is an error."""
+    for i, step in enumerate(["14000", 14_000.0]):
+        run_dir = write_project_run(tmp_path / str(i), "cheetah-run", "a",
+                                    {0: curve(0, (10_000,))})
+        (run_dir / "diverged.json").write_text(json.dumps(
+            {"env_step": step, "seed": "0", "what": "critic_loss is nan"}))
+        _, runs = load_runs(tmp_path / str(i))
+        assert runs[0].stopped_at == 14_000
+        assert runs[0].stopped == "diverged at env step 14000: critic_loss is nan"
+    (run_dir / "diverged.json").write_text(json.dumps({"env_step": "soon", "seed": 0}))
+    with pytest.raises(AggregationError, match="diverged.json: expected a JSON object with "
+                       "env_step and seed as whole numbers"):
+        load_runs(tmp_path / "1")
+
+
+def test_eval_csv_oddities_are_read_or_named(tmp_path):
+    """A byte-order mark and spaces after the header's commas (as spreadsheets save) name the
+    same columns; a config.json whose env is no task name, and csv's own errors, are one
+    AggregationError naming the file."""
+    run_dir = write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0)})
+    text = (run_dir / "eval.csv").read_text()
+    (run_dir / "eval.csv").write_text("\ufeff" + text.replace(",", ", ", 3), encoding="utf-8")
+    _, runs = load_runs(tmp_path)
+    np.testing.assert_array_equal(runs[0].returns, [10.0, 20.0, 30.0])
+    (run_dir / "eval.csv").write_text(text + "40000,0," + "1" * 200_000 + ",3.0\n")
+    with pytest.raises(AggregationError, match="eval.csv: not a readable CSV"):
+        load_runs(tmp_path)
+    (run_dir / "eval.csv").write_text(text)
+    for env in (["cheetah-run"], 5, None):
+        config = json.loads((run_dir / "config.json").read_text())
+        (run_dir / "config.json").write_text(json.dumps({**config, "env": env}))
+        with pytest.raises(AggregationError, match="config.json: expected a JSON object with "
+                           "an 'env' key naming the task"):
+            load_runs(tmp_path)

@@ -1,6 +1,7 @@
 """Scoring runs at a step, shared tasks and shared curve steps, and the summary built on them."""
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -158,7 +159,22 @@ def test_interval_coverage_is_written_as_set(confidence, label):
 
 
 @pytest.mark.parametrize("field,value", [("reps", 0), ("window", 0), ("confidence", 1.5),
-                                         ("profile_points", 1)])
+                                         ("profile_points", 1), ("max_return", float("inf")),
+                                         ("max_return", float("nan"))])
 def test_settings_out_of_range_are_errors(field, value):
     with pytest.raises(AggregationError, match=field):
         summarize({"x": [run("a", "0", GRID)]}, Settings(**{field: value}))
+
+
+def test_scores_above_max_return_are_warned_about_and_labels_stay_in_their_cells():
+    """Above --max_return a score has no optimality gap and normalises past 1: returns summed
+    wrongly, or the wrong --max_return. A '|' in a label would split its markdown cell."""
+    datasets = {"a|b": [run("t", str(i), GRID, np.full(GRID.size, 900.0 + 100 * i))
+                        for i in range(3)]}
+    with pytest.warns(AggregationWarning, match=r"a\|b: 1 of its 3 scores exceed "
+                      r"--max_return=1000 \(up to 1100\)"):
+        summary = summarize(datasets, Settings(step=100_000, reps=20, curve_reps=5))
+    assert "| a\\|b | " in markdown(summary)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summarize(datasets, Settings(step=100_000, reps=20, curve_reps=5, max_return=1100.0))
