@@ -285,9 +285,12 @@ def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(t
     assert not (logdir / "sac" / "cheetah-run" / "none-utd1-seed1").exists()
 
 
-def test_ctrl_c_stops_following_and_the_local_jobs_go_on(tmp_path, scripts):
-    """Ctrl-C signals the terminal's whole process group: the sweep, its local workers and the
-    run scripts they started. Only the sweep stops."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_ctrl_c_or_a_closed_terminal_stops_following_and_the_local_jobs_go_on(tmp_path, scripts,
+                                                                              sig):
+    """Ctrl-C (SIGINT), and closing the terminal or losing the ssh connection (SIGHUP), signal
+    the terminal's whole process group: the sweep, its local workers and the run scripts they
+    started. Only the sweep stops."""
     logdir = tmp_path / "runs"
     key = "sac/cheetah-run/none-utd1-seed0"
     argv = sweep_argv(logdir, scripts, "--envs=cheetah-run", "--max_steps=150",
@@ -296,9 +299,12 @@ def test_ctrl_c_stops_following_and_the_local_jobs_go_on(tmp_path, scripts):
                           start_new_session=True) as proc:  # its own group, as in a terminal
         wait_for(lambda: (logdir / key / "eval.csv").exists() and len(eval_rows(logdir / key))
                  >= 2, what="the run to start")
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
         _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 130 and "the jobs go on" in err
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "the jobs go on" in err
+    else:  # ended by the hangup, as a terminal's programs are
+        assert proc.returncode == -signal.SIGHUP, err
     wait_for(lambda: (logdir / key / "done.json").exists(), what="the job to finish")
     assert eval_rows(logdir / key) == [(s, 0, fake_score("none", 1, 0, s, 150))
                                        for s in range(10, 151, 10)]

@@ -124,16 +124,21 @@ def _stdio_to(path: str) -> Iterator[None]:
             os.close(copy)
 
 
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP)
+
+
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Start local workers with SIGINT ignored, which they and the run scripts they start
-    inherit: Ctrl-C in the sweep's terminal reaches its whole process group, and should stop
-    only the sweep's following of the jobs, not the jobs (stop those with `kill`)."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _terminal_signals_ignored() -> Iterator[None]:
+    """Start local workers with SIGINT and SIGHUP ignored, which they and the run scripts they
+    start inherit: Ctrl-C in the sweep's terminal, and closing it (or an ssh connection
+    dropping), reach its whole process group, and should end only the sweep's following of
+    the jobs, not the jobs (stop those with --stop)."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in TERMINAL_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions) -> str:
@@ -155,7 +160,8 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
     try:
         if options.kind == "local":
             workers = []
-            with _stdio_to(os.path.join(paths.root, "local_workers.log")), _sigint_ignored():
+            with _stdio_to(os.path.join(paths.root, "local_workers.log")), \
+                    _terminal_signals_ignored():
                 for _ in range(min(options.max_parallel, len(jobs))):
                     try:
                         workers.append(executor.submit(LocalWorker(jobs,
