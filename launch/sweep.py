@@ -39,7 +39,7 @@ from launch.sweep_lib.grid import (
     make_grid,
     split_extra,
 )
-from launch.sweep_lib.state import SweepPaths, read_json
+from launch.sweep_lib.state import SweepPaths
 from launch.sweep_lib.stop import stop
 from launch.sweep_lib.submit import (
     EXECUTORS,
@@ -50,6 +50,7 @@ from launch.sweep_lib.submit import (
     collect,
     launch,
     launch_conflict,
+    recorded_jobs,
     run_dir_conflict,
     select,
     status_line,
@@ -133,12 +134,6 @@ STOPPING: list[bool] = []  # set once --stop has begun stopping jobs
 # The flags that describe a grid's jobs (besides --envs, --preset and --grid).
 GRID_FLAGS = ("agent", "interventions", "utds", "seeds", "first_seed", "seeds_per_job", "extra",
               *TRAIN_FLAGS)
-
-
-def recorded_jobs(paths: SweepPaths) -> list[JobSpec]:
-    """The jobs this logdir's sweeps have recorded."""
-    records = (read_json(paths.record(key)) for key in paths.recorded_keys())
-    return [JobSpec.from_dict(r["spec"]) for r in records if "spec" in r]
 
 
 def executor_options() -> ExecutorOptions:

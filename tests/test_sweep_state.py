@@ -35,6 +35,8 @@ from launch.sweep_lib.submit import (
     _MISSING,
     check_run_dirs,
     check_unfinished_launches,
+    collect,
+    recorded_jobs,
     recorded_setting,
     same_setting,
 )
@@ -363,9 +365,13 @@ def test_stop_signals_a_running_script_once_across_stop_runs(tmp_path):
     os.makedirs(os.path.join(paths.root, "launches"))
     key = "sac/x/run"
     with subprocess.Popen(["sleep", "30"]) as script:
-        for sent_before, expected in (
-                (script.pid, f"{key} is stopping already (an earlier --stop)"),
-                (None, f"stopping {key} at its next episode end, after a checkpoint there")):
+        for sent_before, expected, sent, last in (
+                (script.pid, f"{key} is stopping already (an earlier --stop)", 0,
+                 "1 running job(s) were stopping already and have stopped; launching the "
+                 "sweep again resumes them"),
+                (None, f"stopping {key} at its next episode end, after a checkpoint there", 1,
+                 "1 running job(s) stopped, 0 queued one(s) not started; launching the sweep "
+                 "again resumes them")):
             with subprocess.Popen(["sleep", "0.5"]) as worker:
                 write_json(paths.launch("L"), {
                     "executor": "local", "keys": [key], "submitted": True,
@@ -374,8 +380,25 @@ def test_stop_signals_a_running_script_once_across_stop_runs(tmp_path):
                 update_record(paths.record(key), key=key, state="running", launch="L",
                               child_pid=script.pid, stop_sent_to=sent_before, **this_process())
                 said = []
-                assert stop(paths, 0.1, said.append) == 1
-                assert said[0] == expected
+                assert stop(paths, 0.1, said.append) == sent
+                assert said[0] == expected and said[-1] == last
             if sent_before is not None:
                 assert script.poll() is None, "signalled a second time"
         assert script.wait(timeout=5) == -signal.SIGTERM
+
+
+def test_records_edited_into_other_types_are_one_line_naming_the_file(tmp_path):
+    """A record that is no JSON object, or whose fields hold other types (a pid of letters, a
+    spec of null), is a SweepError naming it, not a traceback."""
+    paths = SweepPaths(str(tmp_path))
+    key = "sac/x/run"
+    os.makedirs(os.path.dirname(paths.record(key)))
+    for record, where in (([1, 2], "holds a JSON list, not the object it was written with"),
+                          ({"state": "running", "pid": "abc", "host": socket.gethostname()},
+                           "holds a damaged record (ValueError")):
+        write_json(paths.record(key), record)
+        with pytest.raises(SweepError, match=re.escape(f"{paths.record(key)} {where}")):
+            collect(paths, [key])
+    write_json(paths.record(key), {"spec": None})
+    with pytest.raises(SweepError, match="holds a damaged record \\(TypeError"):
+        recorded_jobs(paths)

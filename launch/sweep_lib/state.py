@@ -83,11 +83,26 @@ def read_json(path: str) -> dict[str, Any]:
     is not JSON (edited by hand, or cut short by a crash)."""
     try:
         with open(path) as f:
-            return json.load(f)
+            record = json.load(f)
     except FileNotFoundError:
         return {}
     except ValueError as e:
         raise SweepError(f"{path} cannot be read ({e}); repair it or move it away") from None
+    if not isinstance(record, dict):
+        raise SweepError(f"{path} holds a JSON {type(record).__name__}, not the object it was "
+                         "written with; repair it or move it away")
+    return record
+
+
+@contextlib.contextmanager
+def damaged_record(path: str) -> Iterator[None]:
+    """A record whose fields were edited into other types (a pid of letters, a spec of null)
+    as a SweepError naming it, rather than a traceback from the code that reads them."""
+    try:
+        yield
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise SweepError(f"{path} holds a damaged record ({type(e).__name__}: {e}); repair "
+                         "it or move it away") from None
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from typing import Any
 from launch.sweep_lib.job import claim
 from launch.sweep_lib.state import (
     SweepPaths,
+    damaged_record,
     process_alive,
     process_parent,
     read_json,
@@ -59,20 +60,23 @@ def stop(paths: SweepPaths, poll_s: float, say: Callable[[str], None]) -> int:
             if record.get("launch") == i and record.get("state") == "queued":
                 unstarted += 1
                 update_record(paths.record(key), state="interrupted", detail=STOPPED)
+    seen: set[int] = set()  # run scripts found running, signalled here or before
     signalled: set[int] = set()
     while True:
         for i, key in jobs:
             record = read_json(paths.record(key))
-            script = _running_script(record)
-            if script is None or script in signalled or record.get("launch") != i:
+            with damaged_record(paths.record(key)):
+                script = _running_script(record)
+            if script is None or script in seen or record.get("launch") != i:
                 continue
-            signalled.add(script)
+            seen.add(script)
             # A second SIGTERM would stop the script at once, without its checkpoint: the
             # signal is recorded, and another --stop (earlier or racing) does not send it.
             if not set_once(paths.record(key), "stop_sent_to", script):
                 say(f"{key} is stopping already (an earlier --stop)")
                 continue
             os.kill(script, signal.SIGTERM)
+            signalled.add(script)
             say(f"stopping {key} at its next episode end, after a checkpoint there")
         if not any(process_alive(w) for w in workers):
             break
@@ -80,6 +84,9 @@ def stop(paths: SweepPaths, poll_s: float, say: Callable[[str], None]) -> int:
     if signalled or unstarted:
         say(f"{len(signalled)} running job(s) stopped, {unstarted} queued one(s) not started; "
             "launching the sweep again resumes them")
+    elif seen:
+        say(f"{len(seen)} running job(s) were stopping already and have stopped; launching "
+            "the sweep again resumes them")
     else:
         say("no job was running or queued: nothing to stop")
     return len(signalled)

@@ -25,6 +25,7 @@ from launch.sweep_lib.state import (
     FINAL_STATES,
     Status,
     SweepPaths,
+    damaged_record,
     describe,
     process_start,
     read_json,
@@ -187,6 +188,17 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
     return launch_id
 
 
+def recorded_jobs(paths: SweepPaths) -> list[JobSpec]:
+    """The jobs this logdir's sweeps have recorded."""
+    specs = []
+    for key in paths.recorded_keys():
+        record = read_json(paths.record(key))
+        if "spec" in record:
+            with damaged_record(paths.record(key)):
+                specs.append(JobSpec.from_dict(record["spec"]))
+    return specs
+
+
 def collect(paths: SweepPaths, keys: Sequence[str]) -> dict[str, Status]:
     """The status of each job, read from its record, its run directory and its launch."""
     records = {key: read_json(paths.record(key)) for key in keys}
@@ -202,9 +214,13 @@ def collect(paths: SweepPaths, keys: Sequence[str]) -> dict[str, Status]:
     for record in records.values():
         if "launch" in record and record["launch"] not in launches:
             launches[record["launch"]] = read_json(paths.launch(record["launch"]))
-    return {key: describe(record, os.path.exists(os.path.join(paths.logdir, key, "done.json")),
-                          launches.get(record.get("launch", ""), {}), queue)
-            for key, record in records.items()}
+    statuses = {}
+    for key, record in records.items():
+        with damaged_record(paths.record(key)):
+            statuses[key] = describe(
+                record, os.path.exists(os.path.join(paths.logdir, key, "done.json")),
+                launches.get(record.get("launch", ""), {}), queue)
+    return statuses
 
 
 def status_line(key: str, status: Status, paths: SweepPaths) -> str:
