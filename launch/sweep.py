@@ -148,6 +148,9 @@ def executor_options() -> ExecutorOptions:
 
 def run(trailing: list[str]) -> int:
     """The sweep; returns the exit code. Bad settings raise SweepError."""
+    if not FLAGS.logdir.strip():
+        raise SweepError("--logdir is empty; give the results tree the sweep writes under "
+                         "(default: runs)")
     paths = SweepPaths(os.path.abspath(FLAGS.logdir))
     if FLAGS.stop:
         given = [f"--{flag.name}" for flag in FLAGS.get_flags_for_module(sys.modules[__name__])

@@ -157,6 +157,9 @@ def test_grid_file_errors_name_the_entry(tmp_path):
     path.write_bytes(bytes([0xfe, 0xff, 0x00, 0x80]))
     with pytest.raises(SweepError, match="cannot read grid file .*can't decode"):
         load_grid_file(str(path), {})
+    path.write_text('[{"envs": "cheetah-run", "seeds": 5, "seeds": 1}]')  # json keeps the last
+    with pytest.raises(SweepError, match=r"grid.json: key\(s\) seeds given twice in one object"):
+        load_grid_file(str(path), {})
 
 
 def test_numbers_in_a_grid_file_may_be_single_values(tmp_path):
@@ -199,6 +202,7 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
     (["--status", "--utds=2", "--max_steps=400"], "sweep: --utds, --max_steps describe a grid, "
      "and without --envs, --preset or --grid the recorded jobs are read as they were launched"),
     (["--retry_failed", "--", "--hidden_dim=16"], "sweep: flags after -- describe a grid"),
+    (["--envs=cheetah-run", "--logdir="], "sweep: --logdir is empty; give the results tree"),
 ])
 def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),

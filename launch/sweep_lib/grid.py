@@ -285,9 +285,17 @@ def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:
 
     Each object takes GRID_KEYS; keys it leaves out come from `defaults` (the flags).
     """
+    def without_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]  # json.load would keep a repeated key's last value
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise SweepError(f"{path}: key(s) {', '.join(repeated)} given twice in one object; "
+                             "give each once")
+        return dict(pairs)
+
     try:
         with open(path) as f:
-            content = json.load(f)
+            content = json.load(f, object_pairs_hook=without_repeated_keys)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SweepError(f"cannot read grid file {path}: {e}") from None
     if isinstance(content, dict) and "grids" in content:
