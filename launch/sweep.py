@@ -39,7 +39,7 @@ from launch.sweep_lib.grid import (
     make_grid,
     split_extra,
 )
-from launch.sweep_lib.state import SweepPaths
+from launch.sweep_lib.state import SweepPaths, sweep_lock
 from launch.sweep_lib.stop import stop
 from launch.sweep_lib.submit import (
     EXECUTORS,
@@ -146,6 +146,14 @@ def executor_options() -> ExecutorOptions:
         compilation_cache=FLAGS.compilation_cache)
 
 
+def to_launch(specs: list[JobSpec], statuses: dict, paths: SweepPaths) -> list[JobSpec]:
+    """The jobs of the grid to launch now; SweepError when the logdir holds other runs."""
+    check_unfinished_launches(specs, statuses)
+    todo = select(specs, statuses, FLAGS.retry_failed)
+    check_run_dirs(specs, statuses, paths.logdir, launching={s.key for s in todo})
+    return todo
+
+
 def run(trailing: list[str]) -> int:
     """The sweep; returns the exit code. Bad settings raise SweepError."""
     if not FLAGS.logdir.strip():
@@ -161,7 +169,8 @@ def run(trailing: list[str]) -> int:
         if not recorded_jobs(paths):
             raise SweepError(f"no sweep recorded in {paths.root}; nothing to stop")
         STOPPING.append(True)
-        stop(paths, FLAGS.poll_s, print)
+        with sweep_lock(paths, "a --stop", print):  # a launch at work records its jobs first
+            stop(paths, FLAGS.poll_s, print)
         return 0
     given = FLAGS.grid or FLAGS.envs or FLAGS.preset
     if not given and (FLAGS.status or FLAGS.retry_failed):
@@ -195,24 +204,34 @@ def run(trailing: list[str]) -> int:
         print(summary(statuses) + (f"; {conflicts} of them not this grid's runs (a launch with "
                                    "these flags refuses them)" if conflicts else ""))
         return 0
-    check_unfinished_launches(specs, statuses)
-    todo = select(specs, statuses, FLAGS.retry_failed)
-    check_run_dirs(specs, statuses, paths.logdir, launching={s.key for s in todo})
+    todo = to_launch(specs, statuses, paths)
     options = executor_options()
-    if todo:
-        try:
+    doing = "checking the jobs' flags"
+    try:
+        if todo:
             check_flags(todo, paths.logdir)
-        except KeyboardInterrupt:
-            print("\ninterrupted while checking the jobs' flags; nothing was launched",
-                  file=sys.stderr)
-            return 130
-    print(f"{len(specs)} jobs: {summary(statuses)}; launching {len(todo)} on {options.kind}")
-    if not FLAGS.retry_failed and any(s.state == "failed" for s in statuses.values()):
-        print("failed jobs are left alone; --retry_failed runs them again")
-    if todo:
-        JOBS_GO_ON.append(True)  # a Ctrl-C from here on leaves the launched jobs going
-        launch_id = launch(todo, paths, options)
-        print(f"launch {launch_id}: records and logs in {paths.root}")
+        doing = "waiting for another launch or --stop of this sweep"
+        with sweep_lock(paths, "a launch", print):
+            # Another launch, or a --stop, may have changed the records since they were read.
+            checked = {s.key for s in todo}
+            statuses = collect(paths, [s.key for s in specs])
+            todo = to_launch(specs, statuses, paths)
+            if any(s.key not in checked for s in todo):  # stopped since, say
+                doing = "checking the jobs' flags"
+                check_flags([s for s in todo if s.key not in checked], paths.logdir)
+            print(f"{len(specs)} jobs: {summary(statuses)}; launching {len(todo)} on "
+                  f"{options.kind}")
+            if not FLAGS.retry_failed and any(s.state == "failed" for s in statuses.values()):
+                print("failed jobs are left alone; --retry_failed runs them again")
+            if todo:
+                JOBS_GO_ON.append(True)  # a Ctrl-C from here on leaves the launched jobs going
+                launch_id = launch(todo, paths, options)
+                print(f"launch {launch_id}: records and logs in {paths.root}")
+    except KeyboardInterrupt:
+        if JOBS_GO_ON:
+            raise
+        print(f"\ninterrupted while {doing}; nothing was launched", file=sys.stderr)
+        return 130
     if FLAGS.no_wait:
         print("not waiting; follow with --status")
         return 0

@@ -285,6 +285,33 @@ def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(t
     assert not (logdir / "sac" / "cheetah-run" / "none-utd1-seed1").exists()
 
 
+def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_path, scripts):
+    """A launch and a --stop of one logdir take turns (the sweep's lock): launched while a
+    --stop waits for its job to checkpoint, the sweep waits, then reads the records the stop
+    left and resumes the job, rather than following it into its stop and ending
+    'interrupted'."""
+    logdir = tmp_path / "runs"
+    key = "sac/cheetah-run/none-utd1-seed0"
+    args = ["--envs=cheetah-run", "--max_steps=300", "--eval_every=10",
+            "--checkpoint_every=150", "--", "--step_s=0.02"]
+    assert sweep(logdir, scripts, "--no_wait", *args).returncode == 0
+    wait_for(lambda: (logdir / key / "eval.csv").exists() and len(eval_rows(logdir / key))
+             >= 2, what="the run to start")
+    with subprocess.Popen(sweep_argv(logdir, scripts, "--stop"), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as stopping:
+        wait_for(lambda: read_json(SweepPaths(str(logdir)).record(key)).get("stop_sent_to"),
+                 what="the stop's SIGTERM")
+        again = sweep(logdir, scripts, *args)
+        stop_out, stop_err = stopping.communicate(timeout=30)
+    assert stopping.returncode == 0, stop_err
+    assert again.returncode == 0, again.stdout + again.stderr
+    lines = again.stdout.splitlines()
+    assert lines[0].startswith("waiting for a --stop (pid "), lines
+    assert lines[-1] == "1 done", lines
+    assert int((logdir / key / "resumes.txt").read_text()) == 150
+    assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 301, 10))
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
 def test_ctrl_c_or_a_closed_terminal_stops_following_and_the_local_jobs_go_on(tmp_path, scripts,
                                                                               sig):

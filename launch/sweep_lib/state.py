@@ -22,7 +22,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from launch.run_files import write_json
@@ -114,6 +114,33 @@ def _locked(path: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def sweep_lock(paths: SweepPaths, doing: str, say: Callable[[str], None]) -> Iterator[None]:
+    """Held while a launch reads the records and records and submits its jobs, and while
+    --stop stops them. A second launch or --stop of the logdir waits for it (saying so), then
+    reads what it left: a job another launch has just taken is followed, not launched again,
+    and jobs a --stop has stopped are relaunched."""
+    os.makedirs(paths.root, exist_ok=True)
+    fd = os.open(os.path.join(paths.root, "sweep.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    with os.fdopen(fd, "r+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock.read().strip() or "another launch or --stop"
+            say(f"waiting for {holder} of this sweep to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{doing} (pid {os.getpid()} on {socket.gethostname()})")
+        lock.flush()
+        try:
+            yield
+        finally:
+            lock.seek(0)
+            lock.truncate()
+            lock.flush()  # the lock goes with the file's closing
 
 
 def update_record(path: str, **changes: Any) -> dict[str, Any]:
