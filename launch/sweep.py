@@ -83,6 +83,8 @@ flags.DEFINE_string("logdir", "runs", "Results tree: <logdir>/<agent>/<env>/<run
 flags.DEFINE_string("script_dir", DEFAULT_SCRIPT_DIR, "Folder holding run_<agent>.py.")
 flags.DEFINE_enum("executor", "local", list(EXECUTORS), "Where jobs run.")
 flags.DEFINE_integer("max_parallel", 1, "Local executor: jobs running at once.")
+flags.DEFINE_integer("max_jobs", 10_000, "Refuse a grid of more jobs than this (a typo in "
+                     "--seeds or seeds_per_job can ask for millions).", lower_bound=1)
 flags.DEFINE_boolean("no_wait", False, "Submit and exit instead of following the jobs.")
 flags.DEFINE_boolean("status", False, "Show each job's state and exit (no grid flags needed).")
 flags.DEFINE_boolean("retry_failed", False, "Launch failed jobs again too.")
@@ -123,9 +125,14 @@ def grid_jobs(trailing: list[str]) -> list[JobSpec]:
                 "seeds_per_job": FLAGS.seeds_per_job, "extra": _extra_flags(trailing),
                 "script_dir": FLAGS.script_dir,
                 **{name: FLAGS[name].value for name in TRAIN_FLAGS}}
-    if FLAGS.grid:
-        return expand(load_grid_file(FLAGS.grid, settings))
-    return expand([make_grid(**settings)])
+    grids = load_grid_file(FLAGS.grid, settings) if FLAGS.grid else [make_grid(**settings)]
+    count = sum(grid.job_count() for grid in grids)
+    if count > FLAGS.max_jobs:  # checked before the jobs are expanded in memory
+        raise SweepError(f"the grid has {count:,} jobs, more than --max_jobs={FLAGS.max_jobs:,}; "
+                         "check its envs, interventions, utds, seeds and seeds_per_job (each "
+                         "job trains seeds_per_job seeds, all of them when 0), or raise "
+                         "--max_jobs")
+    return expand(grids)
 
 
 JOBS_GO_ON: list[bool] = []  # set once this process launches jobs or follows running ones

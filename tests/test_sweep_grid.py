@@ -203,6 +203,8 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
      "and without --envs, --preset or --grid the recorded jobs are read as they were launched"),
     (["--retry_failed", "--", "--hidden_dim=16"], "sweep: flags after -- describe a grid"),
     (["--envs=cheetah-run", "--logdir="], "sweep: --logdir is empty; give the results tree"),
+    (["--envs=cheetah-run,walker-run", "--seeds=100000000", "--seeds_per_job=1"],
+     "sweep: the grid has 200,000,000 jobs, more than --max_jobs=10,000; check its envs"),
 ])
 def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),

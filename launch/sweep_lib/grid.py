@@ -102,6 +102,12 @@ class Grid:
     extra: tuple[str, ...] = ()
     script_dir: str = DEFAULT_SCRIPT_DIR
 
+    def job_count(self) -> int:
+        """len(self.jobs()), without expanding them."""
+        group = self.seeds_per_job or self.seeds
+        return (len(self.envs) * len(self.interventions) * len(self.utds)
+                * -(-self.seeds // group))
+
     def jobs(self) -> list[JobSpec]:
         group = self.seeds_per_job or self.seeds
         starts = range(self.first_seed, self.first_seed + self.seeds, group)
