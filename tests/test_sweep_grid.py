@@ -5,6 +5,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -185,8 +186,14 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
     a = make_grid("sac", envs="cheetah-run", max_steps=100)
     b = make_grid("sac", envs="cheetah-run", max_steps=200)
     assert expand([a, a]) == a.jobs()
-    with pytest.raises(SweepError, match="same run directory sac/cheetah-run/none-utd1-seed0"):
+    with pytest.raises(SweepError, match=re.escape(
+            "same run directory sac/cheetah-run/none-utd1-seed0 with different settings "
+            "(--max_steps: 100 and 200)")):
         expand([a, b])
+    # the same flags in another order or place are the same job
+    c = make_grid("sac", envs="cheetah-run", extra="--clip_c=2 --hidden_dim 32", max_steps=100)
+    d = make_grid("sac", envs="cheetah-run", extra="--hidden_dim=32 --max_steps=100 --clip_c 2")
+    assert expand([c, d]) == c.jobs()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -252,6 +252,8 @@ def test_a_started_run_with_other_settings_is_refused_before_its_job_is_launched
         check_run_dirs([spec], {spec.key: launched_short}, str(tmp_path), [spec.key])
     check_run_dirs([dataclasses.replace(spec, train_flags=(("max_steps", 400),))],
                    {spec.key: launched_short}, str(tmp_path), [spec.key])
+    check_run_dirs([dataclasses.replace(spec, extra=("--max_steps=400", "--clip_c=3"))],
+                   {spec.key: launched_short}, str(tmp_path), [spec.key])  # as an extra flag
     config.write_text("{")
     with pytest.raises(SweepError, match=r"config.json cannot be read \(.*\); repair it"):
         check_run_dirs([spec], statuses, str(tmp_path), [spec.key])
@@ -267,10 +269,20 @@ def test_a_job_still_queued_or_running_with_other_flags_is_refused():
     check_unfinished_launches([other], {spec.key: Status("done", "", {"spec": spec.to_dict()})})
     for state in ("queued", "running"):
         with pytest.raises(SweepError, match=re.escape(
-                f"sac/cheetah-run/clip-utd1-seed0 is {state}, launched with other flags (extra: "
-                "('--hidden_dim=32',) then, ('--hidden_dim=16',) now); wait for it to end")):
+                f"sac/cheetah-run/clip-utd1-seed0 is {state}, launched with other flags "
+                "(--hidden_dim=32 then, --hidden_dim=16 now); wait for it to end")):
             check_unfinished_launches([other], {spec.key: Status(state, "",
                                                                  {"spec": spec.to_dict()})})
+    # The same flags in another order or place are the same job: as grid flags or extra ones,
+    # "--flag value" or "--flag=value", harmless ones (--noprogress) aside.
+    launched = dataclasses.replace(spec, extra=("--hidden_dim=32", "--clip_c", "2"))
+    running = {spec.key: Status("running", "", {"spec": launched.to_dict()})}
+    for same in (dataclasses.replace(launched, extra=("--clip_c=2", "--hidden_dim=32")),
+                 dataclasses.replace(launched, train_flags=(), extra=(
+                     "--max_steps=400", "--clip_c=2.0", "--noprogress", "--hidden_dim", "32"))):
+        check_unfinished_launches([same], running)
+    with pytest.raises(SweepError, match=re.escape("(--max_steps=400 then, not given now)")):
+        check_unfinished_launches([dataclasses.replace(launched, train_flags=())], running)
 
 
 def test_each_kind_of_job_is_dry_run_once_with_its_highest_seeds(monkeypatch):

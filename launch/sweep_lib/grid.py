@@ -347,14 +347,32 @@ def check_seed_overlap(jobs: Iterable[JobSpec], where: str = "the grid") -> None
                                  f"{where} train the same seeds; give each seed to one job")
 
 
+def _differences(a: JobSpec, b: JobSpec) -> list[str]:
+    """How two jobs differ, but for the order and place of their flags (grid flags or extra
+    ones, `--flag value` or `--flag=value`)."""
+    def flags(job: JobSpec) -> dict[str, str]:
+        values = {name: str(value) for name, value in job.train_flags}
+        values.update((name, value) for name, value, _ in extra_settings(job.extra))
+        return values
+
+    x, y = dataclasses.asdict(a), dataclasses.asdict(b)
+    out = [f"{k}: {x[k]} and {y[k]}" for k in x if k not in ("train_flags", "extra")
+           and x[k] != y[k]]
+    fa, fb = flags(a), flags(b)
+    return out + [f"--{n}: {fa.get(n, 'not given')} and {fb.get(n, 'not given')}"
+                  for n in sorted(set(fa) | set(fb)) if fa.get(n) != fb.get(n)]
+
+
 def expand(grids: Iterable[Grid]) -> list[JobSpec]:
     """All jobs of the grids in order; a run directory claimed by two different jobs, or a seed
     trained by two jobs, is an error."""
     jobs: dict[str, JobSpec] = {}
     for grid in grids:
         for job in grid.jobs():
-            if jobs.setdefault(job.key, job) != job:
+            differ = _differences(jobs.setdefault(job.key, job), job)
+            if differ:
                 raise SweepError(f"two grid entries write the same run directory {job.key} with "
-                                 "different settings; split them into separate logdirs")
+                                 f"different settings ({'; '.join(differ[:3])}); split them "
+                                 "into separate logdirs")
     check_seed_overlap(jobs.values())
     return list(jobs.values())

@@ -310,16 +310,26 @@ def _extra_flags(extra: Sequence[str]) -> dict[str, str]:
             if name not in HARMLESS_EXTRA and (value or name != "intervention_steps")}
 
 
-def _extra_differences(launched: Sequence[str], now: Sequence[str], config: Mapping) -> list:
-    """How the extra flags of a job differ from those it was launched with: a flag dropped
-    since (its setting may have gone back to the default), a value changed, or a flag added
-    that config.json does not record (added ones it records are compared with it)."""
-    before, after = _extra_flags(launched), _extra_flags(now)
-    out = [f"--{n}={v} there, not given now" for n, v in before.items() if n not in after]
-    out += [f"--{n}={before[n]} there, --{n}={v} now" for n, v in after.items()
+def _job_flags(spec: Mapping) -> dict[str, str]:
+    """{name: value text} of the run-script flags a job's spec (`JobSpec.to_dict()`, or as
+    recorded) sets beyond its own: its grid flags and its extra flags, in whatever order or
+    spelling they were given (`-- --max_steps=200` is the grid's `--max_steps=200`)."""
+    flags = {name: str(value) for name, value in spec.get("train_flags") or ()}
+    flags.update(_extra_flags(spec.get("extra") or ()))
+    return flags
+
+
+def _flag_differences(before: Mapping[str, str], after: Mapping[str, str], then: str,
+                      config: Mapping | None = None) -> list[str]:
+    """How a job's flags now differ from `before` (those it was launched with): a flag dropped
+    since (its setting may have gone back to the default), a value changed, or a flag added;
+    with `config`, only added ones config.json does not record (it is compared with the
+    others)."""
+    out = [f"--{n}={v} {then}, not given now" for n, v in before.items() if n not in after]
+    out += [f"--{n}={before[n]} {then}, --{n}={v} now" for n, v in after.items()
             if n in before and not same_setting(before[n], v)]
-    out += [f"--{n}={v} not given there" for n, v in after.items()
-            if n not in before and recorded_setting(config, n) is _MISSING]
+    out += [f"--{n}={v} not given {then}" for n, v in after.items() if n not in before
+            and (config is None or recorded_setting(config, n) is _MISSING)]
     return out
 
 
@@ -369,11 +379,9 @@ def run_dir_conflict(spec: JobSpec, status: Status, logdir: str, launching: bool
         if there is not _MISSING and not same_setting(there, value):
             differ.append(f"{name}: {there!r} there, {value!r} now")
     launched = status.record.get("spec", {})
-    if launched.get("extra") is not None:
-        differ += _extra_differences(launched["extra"], spec.extra, config)
-    given = dict(spec.train_flags)
-    differ += [f"--{name}={value} there, not given now"
-               for name, value in launched.get("train_flags", []) if name not in given]
+    if isinstance(launched, Mapping) and ("extra" in launched or "train_flags" in launched):
+        differ += _flag_differences(_job_flags(launched), _job_flags(spec.to_dict()), "there",
+                                    config)
     if not differ:
         return None
     run = "a finished run" if done else "a started run"
@@ -397,9 +405,10 @@ def launch_conflict(spec: JobSpec, status: Status) -> str | None:
     and a summary would count it for this grid. None otherwise."""
     if status.state not in ("queued", "running") or "spec" not in status.record:
         return None
-    then = JobSpec.from_dict(status.record["spec"]).to_dict()
-    now = spec.to_dict()
-    differ = [f"{k}: {then.get(k)} then, {v} now" for k, v in now.items() if then.get(k) != v]
+    then, now = JobSpec.from_dict(status.record["spec"]).to_dict(), spec.to_dict()
+    differ = [f"{k}: {then.get(k)} then, {v} now" for k, v in now.items()
+              if k not in ("train_flags", "extra") and then.get(k) != v]
+    differ += _flag_differences(_job_flags(then), _job_flags(now), "then")
     if not differ:
         return None
     return f"{status.state}, launched with other flags ({'; '.join(differ[:3])})"
