@@ -39,7 +39,7 @@ from launch.sweep_lib.grid import (
     make_grid,
     split_extra,
 )
-from launch.sweep_lib.state import SweepPaths, sweep_lock
+from launch.sweep_lib.state import SweepPaths, read_json, sweep_lock
 from launch.sweep_lib.stop import stop
 from launch.sweep_lib.submit import (
     EXECUTORS,
@@ -153,6 +153,19 @@ def executor_options() -> ExecutorOptions:
         compilation_cache=FLAGS.compilation_cache)
 
 
+def unrecorded(paths: SweepPaths) -> None:
+    """Say which launches list jobs that have no record (a launch killed while it wrote
+    them): read without the grid, the sweep knows nothing else of them."""
+    recorded = set(paths.recorded_keys())
+    for launch_id in paths.launch_ids():
+        keys = read_json(paths.launch(launch_id)).get("keys", [])
+        missing = [k for k in keys if k not in recorded] if isinstance(keys, list) else []
+        if missing:
+            print(f"launch {launch_id} lists {len(missing)} more job(s) without a record (it "
+                  f"was cut short while recording them, e.g. {missing[0]}): launch the grid "
+                  "again to run them")
+
+
 def to_launch(specs: list[JobSpec], statuses: dict, paths: SweepPaths) -> list[JobSpec]:
     """The jobs of the grid to launch now; SweepError when the logdir holds other runs."""
     check_unfinished_launches(specs, statuses)
@@ -210,6 +223,8 @@ def run(trailing: list[str]) -> int:
             print(line)
         print(summary(statuses) + (f"; {conflicts} of them not this grid's runs (a launch with "
                                    "these flags refuses them)" if conflicts else ""))
+        if not given:
+            unrecorded(paths)
         return 0
     todo = to_launch(specs, statuses, paths)
     options = executor_options()

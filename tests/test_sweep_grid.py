@@ -260,3 +260,25 @@ def test_extra_flags_with_separate_values_are_not_taken_for_repeated_flags(tmp_p
                           text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "pending" in proc.stdout
+
+
+def test_status_names_jobs_a_cut_short_launch_listed_but_never_recorded(tmp_path):
+    """A launcher killed while it wrote its records leaves jobs only its launch file names:
+    --status without the grid says so, rather than showing the recorded ones as all."""
+    from launch.run_files import write_json
+    from launch.sweep_lib.state import SweepPaths, update_record
+
+    paths = SweepPaths(str(tmp_path))
+    jobs = make_grid("sac", envs="cheetah-run", seeds=3, seeds_per_job=1).jobs()
+    update_record(paths.record(jobs[0].key), key=jobs[0].key, spec=jobs[0].to_dict(),
+                  state="interrupted", detail="stopped", launch="L")
+    os.makedirs(os.path.dirname(paths.launch("L")), exist_ok=True)
+    write_json(paths.launch("L"), {"executor": "local", "keys": [j.key for j in jobs],
+                                   "submitted": False})
+    proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
+                           f"--logdir={tmp_path}", "--status"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == (
+        "launch L lists 2 more job(s) without a record (it was cut short while recording them, "
+        f"e.g. {jobs[1].key}): launch the grid again to run them")
