@@ -94,8 +94,7 @@ def markdown(summary: Summary, sources: Sequence[Source] = (),
                   "| X | Y | P(X > Y) | Runs X | Runs Y | Tasks |",
                   "| --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {_cell(r['x'])} | {_cell(r['y'])} | {_interval(r, 'probability', 3)} | "
-                  f"{r['runs_x']} | "
-                  f"{r['runs_y']} | {r['tasks']} |" for r in summary.improvement]
+                  f"{r['runs_x']} | {r['runs_y']} | {r['tasks']} |" for r in summary.improvement]
     if sources:
         lines += ["", "## Inputs", "", "| Algorithm | Path | Layout | Runs read | Tasks |",
                   "| --- | --- | --- | --- | --- |"]
