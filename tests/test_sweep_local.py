@@ -322,8 +322,13 @@ def test_ctrl_c_or_a_closed_terminal_stops_following_and_the_local_jobs_go_on(tm
     key = "sac/cheetah-run/none-utd1-seed0"
     argv = sweep_argv(logdir, scripts, "--envs=cheetah-run", "--max_steps=150",
                       "--eval_every=10", "--", "--step_s=0.01")
+    def as_in_a_terminal():  # whatever this test inherited (nohup ignores SIGHUP, say)
+        for default in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(default, signal.SIG_DFL)
+
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as proc:  # its own group, as in a terminal
+                          start_new_session=True,  # its own group, as in a terminal
+                          preexec_fn=as_in_a_terminal) as proc:
         wait_for(lambda: (logdir / key / "eval.csv").exists() and len(eval_rows(logdir / key))
                  >= 2, what="the run to start")
         os.killpg(proc.pid, sig)
