@@ -292,8 +292,8 @@ def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_pa
     'interrupted'."""
     logdir = tmp_path / "runs"
     key = "sac/cheetah-run/none-utd1-seed0"
-    args = ["--envs=cheetah-run", "--max_steps=300", "--eval_every=10",
-            "--checkpoint_every=150", "--", "--step_s=0.02"]
+    args = ["--envs=cheetah-run", "--max_steps=200", "--eval_every=10",
+            "--checkpoint_every=100", "--", "--step_s=0.015"]
     assert sweep(logdir, scripts, "--no_wait", *args).returncode == 0
     wait_for(lambda: (logdir / key / "eval.csv").exists() and len(eval_rows(logdir / key))
              >= 2, what="the run to start")
@@ -308,8 +308,8 @@ def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_pa
     lines = again.stdout.splitlines()
     assert lines[0].startswith("waiting for a --stop (pid "), lines
     assert lines[-1] == "1 done", lines
-    assert int((logdir / key / "resumes.txt").read_text()) == 150
-    assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 301, 10))
+    assert int((logdir / key / "resumes.txt").read_text()) == 100
+    assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 201, 10))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
