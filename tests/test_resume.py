@@ -97,8 +97,8 @@ def wait_for_checkpoint(directory, proc, timeout=120):
 def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tmp_path):
     intervention = "reset"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args, "--progress"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_checkpoint(run_dir(tmp_path, intervention) / "checkpoints", proc)
     delay = random.Random().uniform(0.0, 1.5)
     time.sleep(delay)
@@ -379,8 +379,8 @@ def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_pa
 
 def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
     args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args, "--progress"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_checkpoint(run_dir(tmp_path, "none") / "checkpoints", proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -418,8 +418,8 @@ def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path)
 def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, resume, again):
     args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}",
             f"--resume={resume}"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args, "--progress"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     banner = proc.stderr.readline()  # printed before anything is compiled
     assert banner.startswith("sac on cartpole-swingup"), banner
     proc.send_signal(signal.SIGINT)
