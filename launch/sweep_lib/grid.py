@@ -102,17 +102,18 @@ class Grid:
     extra: tuple[str, ...] = ()
     script_dir: str = DEFAULT_SCRIPT_DIR
 
+    def _seed_starts(self) -> range:
+        """The first seed of each job's group of seeds_per_job (all seeds when 0)."""
+        return range(self.first_seed, self.first_seed + self.seeds,
+                     self.seeds_per_job or self.seeds)
+
     def job_count(self) -> int:
         """len(self.jobs()), without expanding them."""
-        group = self.seeds_per_job or self.seeds
-        return (len(self.envs) * len(self.interventions) * len(self.utds)
-                * -(-self.seeds // group))
+        return len(self.envs) * len(self.interventions) * len(self.utds) * len(self._seed_starts())
 
     def jobs(self) -> list[JobSpec]:
-        group = self.seeds_per_job or self.seeds
-        starts = range(self.first_seed, self.first_seed + self.seeds, group)
-        end = self.first_seed + self.seeds
-        return [JobSpec(self.agent, env, intervention, utd, start, min(group, end - start),
+        starts, end = self._seed_starts(), self.first_seed + self.seeds
+        return [JobSpec(self.agent, env, intervention, utd, start, min(starts.step, end - start),
                         self.train_flags, self.extra, self.script_dir)
                 for env in self.envs for intervention in self.interventions
                 for utd in self.utds for start in starts]
@@ -347,18 +348,22 @@ def check_seed_overlap(jobs: Iterable[JobSpec], where: str = "the grid") -> None
                                  f"{where} train the same seeds; give each seed to one job")
 
 
-def _differences(a: JobSpec, b: JobSpec) -> list[str]:
-    """How two jobs differ, but for the order and place of their flags (grid flags or extra
-    ones, `--flag value` or `--flag=value`)."""
-    def flags(job: JobSpec) -> dict[str, str]:
-        values = {name: str(value) for name, value in job.train_flags}
-        values.update((name, value) for name, value, _ in extra_settings(job.extra))
-        return values
+def job_flags(spec: Mapping[str, Any]) -> dict[str, str]:
+    """{name: value text} of the run-script flags a job's spec (`JobSpec.to_dict()`, or as
+    recorded) sets beyond its own: its grid flags and its extra flags, whatever their order or
+    place (`-- --max_steps=200` is the grid's `--max_steps=200`) and spelling (`--flag value`
+    or `--flag=value`)."""
+    flags = {name: str(value) for name, value in spec.get("train_flags") or ()}
+    flags.update((name, value) for name, value, _ in extra_settings(spec.get("extra") or ()))
+    return flags
 
-    x, y = dataclasses.asdict(a), dataclasses.asdict(b)
+
+def _differences(a: JobSpec, b: JobSpec) -> list[str]:
+    """How two jobs differ, but for the order, place and spelling of their flags."""
+    x, y = a.to_dict(), b.to_dict()
     out = [f"{k}: {x[k]} and {y[k]}" for k in x if k not in ("train_flags", "extra")
            and x[k] != y[k]]
-    fa, fb = flags(a), flags(b)
+    fa, fb = job_flags(x), job_flags(y)
     return out + [f"--{n}: {fa.get(n, 'not given')} and {fb.get(n, 'not given')}"
                   for n in sorted(set(fa) | set(fb)) if fa.get(n) != fb.get(n)]
 

@@ -19,7 +19,7 @@ import submitit
 
 from launch import ctrl_c
 from launch.run_files import EXIT_IN_USE, with_added_settings, with_resolved_settings
-from launch.sweep_lib.grid import JobSpec, SweepError, extra_settings
+from launch.sweep_lib.grid import JobSpec, SweepError, job_flags
 from launch.sweep_lib.job import LocalWorker, RunJob
 from launch.sweep_lib.state import (
     FINAL_STATES,
@@ -303,20 +303,16 @@ def recorded_setting(config: Mapping, name: str) -> object:
 
 
 def _extra_flags(extra: Sequence[str]) -> dict[str, str]:
-    """{name: value text} of extra flags (`extra_settings`), harmless ones left out, and an
-    empty --intervention_steps=: it asks for the default schedule, given or not (config.json
-    records it filled in, e.g. BRO's reset steps)."""
-    return {name: value for name, value, _ in extra_settings(extra)
-            if name not in HARMLESS_EXTRA and (value or name != "intervention_steps")}
+    """`_job_flags` of extra flags alone."""
+    return _job_flags({"extra": extra})
 
 
 def _job_flags(spec: Mapping) -> dict[str, str]:
-    """{name: value text} of the run-script flags a job's spec (`JobSpec.to_dict()`, or as
-    recorded) sets beyond its own: its grid flags and its extra flags, in whatever order or
-    spelling they were given (`-- --max_steps=200` is the grid's `--max_steps=200`)."""
-    flags = {name: str(value) for name, value in spec.get("train_flags") or ()}
-    flags.update(_extra_flags(spec.get("extra") or ()))
-    return flags
+    """`job_flags` less the harmless ones and an empty --intervention_steps=, which asks for
+    the default schedule, given or not (config.json records it filled in, e.g. BRO's reset
+    steps)."""
+    return {name: value for name, value in job_flags(spec).items()
+            if name not in HARMLESS_EXTRA and (value or name != "intervention_steps")}
 
 
 def _flag_differences(before: Mapping[str, str], after: Mapping[str, str], then: str,
