@@ -46,6 +46,7 @@ from launch.run_files import (
 from launch.train import (
     Diverged,
     Stopped,
+    TooLargeForMemory,
     Trainer,
     UnevenEpisodes,
     checkpoint_dirs,
@@ -188,6 +189,9 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         _fail(f"out of memory ({str(e) or 'MemoryError'}); the replay buffer holds "
               f"--buffer_capacity={cfg.buffer_capacity:,} transitions for each of "
               f"--num_seeds={cfg.num_seeds} seed(s): lower them or free memory; {_kept(cfg)}", 1)
+    except TooLargeForMemory as e:
+        _fail(f"out of memory: {e}; the networks' sizes and --num_seeds set it: lower them; "
+              f"{_kept(cfg)}", 1)
     except jax.errors.JaxRuntimeError as e:
         if not _out_of_memory(e):
             raise

@@ -66,6 +66,57 @@ class UnevenEpisodes(RuntimeError):
     """Some seeds' episodes ended (terminated early) while others went on."""
 
 
+class TooLargeForMemory(RuntimeError):
+    """The agent's state alone (every seed's parameters, target networks and optimizer
+    moments) is larger than the memory of the device it trains on: found by tracing the
+    initialisation, before anything is compiled or allocated."""
+
+
+def device_memory_bytes(device: jax.Device) -> int | None:
+    """The bytes JAX may allocate on `device`: an accelerator's limit, the host's physical
+    memory for a CPU, or None where neither is known."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # not every backend implements it
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    if device.platform == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return None
+    return None
+
+
+def tree_nbytes(tree) -> int:
+    """Bytes of a pytree of arrays or shapes (a PRNG key counts as its key data)."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        dtype = leaf.dtype
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            total += leaf.size * jax.random.key_data(jax.random.key(0)).nbytes
+        else:
+            total += leaf.size * np.dtype(dtype).itemsize
+    return total
+
+
+def check_state_fits(init_fn, init_keys: jax.Array) -> None:
+    """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make
+    cannot fit on the default device. Only traces `init_fn` (the trace is the one its first
+    call uses): on a GPU, XLA spent minutes compiling networks far too large for its memory
+    before failing, so they are refused here. What an update holds beyond the state is left to
+    the allocation that fails."""
+    need = tree_nbytes(jax.eval_shape(init_fn, init_keys))
+    device = jax.devices()[0]
+    have = device_memory_bytes(device)
+    if have is not None and need > have:
+        raise TooLargeForMemory(
+            f"the agent's state (parameters, target networks and optimizer moments) of "
+            f"{init_keys.shape[0]} seed(s) takes {need / 2**30:,.1f} GiB, more than the "
+            f"{device.platform.upper()}'s {have / 2**30:,.1f} GiB")
+
+
 class Stopped(RuntimeError):
     """The run stopped, as asked (`Trainer.stop_requested`), at `env_step`: an episode end,
     where it wrote a checkpoint to resume from."""
@@ -222,6 +273,7 @@ class Trainer:
         self.random_actions = np.random.default_rng([cfg.seed, 1])
         self.init_keys = jnp.stack([jax.random.key(s) for s in seeds])
         self.init_fn = jax.jit(jax.vmap(lambda k: agent.init(k, self.obs_dim, self.act_dim)))
+        check_state_fits(self.init_fn, self.init_keys)
         self.train_step, self.next_actions, self.eval_act = make_step_fns(agent)
         self.intervention: Intervention = build_intervention(
             agent, cfg, self.init_fn, self.init_keys

@@ -9,9 +9,13 @@ import re
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import pytest
 
+from agents import make_agent
 from agents.sac import SACConfig
+from launch import train
 from launch.config import (
     ConfigError,
     TrainConfig,
@@ -217,16 +221,57 @@ def test_running_out_of_memory_is_one_line_naming_the_buffer(tmp_path):
         "or free memory; no checkpoint was written")
 
 
-def test_networks_too_large_for_memory_are_one_line_naming_what_sets_their_size(tmp_path):
-    """XLA's failed allocation (JaxRuntimeError) surfaces where the first update is read."""
-    proc = run("run_sac.py", *FAST_SAC, "--hidden_dim=100000000", "--max_steps=300",
-               "--start_steps=100", f"--logdir={tmp_path}", check=False, timeout=120)
+def test_networks_too_large_for_memory_are_refused_before_anything_compiles(tmp_path):
+    """The state's size, traced, against the device's memory: on an H200 XLA compiled such
+    networks for over 100 s without failing (jax 0.11.2); here it takes no compilation."""
+    proc = run("run_sac.py", *FAST_SAC, "--hidden_dim=100000000", "--num_seeds=2",
+               "--max_steps=300", "--start_steps=100", f"--logdir={tmp_path}", check=False,
+               timeout=60)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert re.match(r"error: out of memory on the (CPU|GPU) \(", last), last
+    assert re.fullmatch(r"error: out of memory: the agent's state \(parameters, target networks "
+                        r"and optimizer moments\) of 2 seed\(s\) takes [\d,]+\.\d GiB, more "
+                        r"than the (CPU|GPU)'s [\d,]+\.\d GiB; the networks' sizes and "
+                        r"--num_seeds set it: lower them; no checkpoint was written", last), last
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="on an H200 XLA compiled these networks for over 100 s before failing")
+def test_an_allocation_that_fails_while_training_is_one_line_naming_what_sets_its_size(tmp_path):
+    """XLA's failed allocation (JaxRuntimeError) where the device's memory is not known, so the
+    state's size is not checked first."""
+    code = ("import runpy, sys, launch.train as t\n"
+            "t.device_memory_bytes = lambda device: None\n"
+            "sys.argv = sys.argv[1:]\n"
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code, script("run_sac.py"), *FAST_SAC,
+                           "--hidden_dim=100000000", "--max_steps=300", "--start_steps=100",
+                           f"--logdir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert re.match(r"error: out of memory on the CPU \(", last), last
     assert last.endswith("the networks' sizes and --num_seeds x --utd x --batch_size "
                          "(1 x 1 x 256) set what an update holds: lower them; no checkpoint "
                          "was written")
+
+
+def test_the_state_size_check_counts_every_byte_and_refuses_only_past_the_memory(monkeypatch):
+    agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(8, 8)))
+    keys = jnp.stack([jax.random.key(s) for s in range(3)])
+    init_fn = jax.jit(jax.vmap(lambda k: agent.init(k, 5, 2)))
+    state = init_fn(keys)
+    assert train.device_memory_bytes(jax.devices("cpu")[0]) > 2**28  # the host's memory
+    need = sum(leaf.nbytes if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+               else jax.random.key_data(leaf).nbytes for leaf in jax.tree.leaves(state))
+    assert train.tree_nbytes(jax.eval_shape(init_fn, keys)) == need
+    monkeypatch.setattr(train, "device_memory_bytes", lambda device: need)
+    train.check_state_fits(init_fn, keys)
+    monkeypatch.setattr(train, "device_memory_bytes", lambda device: need - 1)
+    with pytest.raises(train.TooLargeForMemory, match="of 3 seed"):
+        train.check_state_fits(init_fn, keys)
+    monkeypatch.setattr(train, "device_memory_bytes", lambda device: None)  # not known: no check
+    train.check_state_fits(init_fn, keys)
 
 
 def test_a_run_directory_whose_lock_cannot_be_opened_is_unwritable(tmp_path):
