@@ -1,0 +1,113 @@
+"""What one env step of training costs, part by part, for an agent, a seed count and a UTD.
+
+    python benchmarks/step_parts.py                          # SAC 4 seeds UTD 8, SAC 1 seed
+                                                             # UTD 1, BRO 1 seed UTD 10
+    python benchmarks/step_parts.py --cases=sac:16:8 --calls=50
+
+Written for a GPU, where the loop waits for each training-step call (its actions), so what a
+call costs depends on how it is made. Per call, in milliseconds, for each case
+(agent:seeds:utd, humanoid dimensions and physics):
+- the training-step call (the UTD update for every seed, then the next actions), waited on for
+  its actions as the loop waits, given host (numpy) minibatches as the loop gives them;
+- the same with the minibatches already on the device (so the difference is their transfer);
+- the same calls not waited on (dispatched back to back, waited on once at the end): what the
+  device's computation alone takes, with the per-call latency hidden;
+- `jax.device_put` of the minibatches alone, waited on;
+- the replay sample (host), from a 20,000-transition buffer;
+- one env step of every seed, with the replay insert (host).
+Two rounds of the three call rows, then one of the rest. The loop's own step is about the
+waited host-batch call plus the sample plus the env step (plus evaluation, which this leaves
+out); `benchmarks/loop_breakdown.py` times the loop itself, part by part.
+"""
+
+import dataclasses
+import tempfile
+import time
+
+import jax
+import numpy as np
+from absl import app, flags, logging
+from bench_utils import random_batches, xla_flags
+
+from agents import make_agent
+from launch.config import AGENT_DEFAULTS
+from launch.train import Trainer
+
+flags.DEFINE_list("cases", ["sac:4:8", "sac:1:1", "bro:1:10"],
+                  "agent:seeds:utd cases, at each agent's default batch size (SAC 256, BRO 128).")
+flags.DEFINE_integer("calls", 30, "Calls timed per row and round.")
+FLAGS = flags.FLAGS
+
+ENVS = {"sac": "humanoid-stand", "bro": "humanoid-run"}  # the same dimensions (67, 21)
+
+
+def per_call_ms(fn, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls * 1e3
+
+
+def run_case(name: str, seeds: int, utd: int, calls: int) -> None:
+    start = time.perf_counter()
+    agent = make_agent(name)
+    cfg = dataclasses.replace(AGENT_DEFAULTS[name], env=ENVS[name], utd=utd, num_seeds=seeds,
+                              start_steps=300, buffer_capacity=20_000, progress=False,
+                              logdir=tempfile.mkdtemp())
+    trainer = Trainer(agent, cfg)
+    loop = trainer.fresh_loop()
+    host = random_batches(seeds, utd, cfg.batch_size, trainer.obs_dim, trainer.act_dim)
+    device = jax.device_put(host)
+
+    def call(batch):
+        loop.states, actions, loop.keys, loop.metric_sums = trainer.train_step(
+            loop.states, batch, loop.obs, loop.keys, loop.metric_sums)
+        return actions
+
+    def pipelined():
+        actions = None
+        for _ in range(calls):
+            actions = call(device)
+        np.asarray(actions)
+
+    np.asarray(call(host))
+    np.asarray(call(device))
+    print(f"{name}, {seeds} seed(s), UTD {utd}, batch {cfg.batch_size}: compiled and warm in "
+          f"{time.perf_counter() - start:.1f} s", flush=True)
+    rows: dict[str, list[float]] = {}
+    for _ in range(2):
+        rows.setdefault("call waited on, host minibatches", []).append(
+            per_call_ms(lambda: np.asarray(call(host)), calls))
+        rows.setdefault("call waited on, minibatches on the device", []).append(
+            per_call_ms(lambda: np.asarray(call(device)), calls))
+        rows.setdefault("calls back to back, minibatches on the device", []).append(
+            per_call_ms(pipelined, 1) / calls)
+    rows["device_put of the minibatches"] = [
+        per_call_ms(lambda: jax.block_until_ready(jax.device_put(host)), calls)]
+    for _ in range(400):  # past the random steps: a buffer to sample, episodes under way
+        trainer.env_step(loop)
+    rows["replay sample"] = [per_call_ms(lambda: trainer.buffer.sample(cfg.batch_size, utd),
+                                         calls)]
+    rows[f"env step of {seeds} seed(s) + replay insert"] = [
+        per_call_ms(lambda: trainer.env_step(loop), calls)]
+    for label, values in rows.items():
+        print(f"  {label}: {' / '.join(f'{v:.2f}' for v in values)} ms", flush=True)
+
+
+def main(_):
+    logging.set_verbosity(logging.WARNING)
+    print(f"devices: {jax.devices()}; XLA_FLAGS: {xla_flags()}", flush=True)
+    cases = []
+    for case in FLAGS.cases:
+        name, *numbers = case.split(":")
+        if name not in ENVS or len(numbers) != 2 or not all(n.isdigit() and int(n) > 0
+                                                            for n in numbers):
+            raise app.UsageError(f"--cases takes agent:seeds:utd entries, agent sac or bro and "
+                                 f"seeds and utd positive integers (sac:4:8); got {case!r}")
+        cases.append((name, int(numbers[0]), int(numbers[1])))
+    for name, seeds, utd in cases:
+        run_case(name, seeds, utd, FLAGS.calls)
+
+
+if __name__ == "__main__":
+    app.run(main)
