@@ -10,7 +10,7 @@ import dataclasses
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from absl import flags
 
@@ -253,6 +253,28 @@ def diagnostics_warning(cfg: TrainConfig) -> str | None:
     return (f"the feature diagnostics need {size} transitions in the replay buffer ({flag}), "
             f"more than this run collects ({cfg.max_steps}, --max_steps): diagnostics.csv will "
             "hold the weight spectra alone")
+
+
+# Flags that set SingularClip (only --intervention=clip reads them) and the schedule (which
+# --intervention=none never reads); --clip_parts and --intervention_steps there are errors.
+CLIP_FLAGS = ("clip_c", "clip_method", "clip_sides", "clip_opt_state", "clip_ns_steps")
+SCHEDULE_FLAGS = ("intervention_every",)
+
+
+def unused_flags_warning(cfg: TrainConfig, given: Iterable[str]) -> str | None:
+    """A line naming the flags given (`given`: their names) that this --intervention never
+    reads, such as --clip_c with --intervention=reset, or None. Not an error: a sweep may cross
+    them with every intervention."""
+    given = set(given)
+    unused = [name for name in CLIP_FLAGS if name in given and cfg.intervention != "clip"]
+    unused += [name for name in SCHEDULE_FLAGS if name in given and cfg.intervention == "none"]
+    if not unused:
+        return None
+    names = ", ".join(f"--{name}" for name in unused)
+    reads = ("SingularClip's flags act only with --intervention=clip"
+             if cfg.intervention != "none" else "no intervention is made")
+    return (f"{names} {'does' if len(unused) == 1 else 'do'} nothing with --intervention="
+            f"{cfg.intervention} ({reads})")
 
 
 def seed_warning(cfg: TrainConfig) -> str | None:

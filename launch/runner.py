@@ -31,6 +31,7 @@ from launch.config import (
     one_line_flag_parser,
     schedule_warning,
     seed_warning,
+    unused_flags_warning,
     validate,
 )
 from launch.events import check_clip_parts
@@ -260,8 +261,9 @@ def _dry_run(cfg: TrainConfig, agent_config, warn_schedule) -> None:
 
 def _warn(cfg: TrainConfig, warn_schedule: Callable[[TrainConfig], str | None]) -> None:
     """Settings that work but may not do what was meant: a line each on stderr."""
+    given = [name for name in flags.FLAGS if flags.FLAGS[name].present]
     for warning in (warn_schedule(cfg), early_warning(cfg), seed_warning(cfg),
-                    diagnostics_warning(cfg)):
+                    diagnostics_warning(cfg), unused_flags_warning(cfg, given)):
         if warning is not None:
             print(f"warning: {warning}", file=sys.stderr)
 

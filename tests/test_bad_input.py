@@ -23,6 +23,7 @@ from launch.config import (
     early_warning,
     schedule_warning,
     seed_warning,
+    unused_flags_warning,
 )
 from launch.run_files import config_record, lock_run_dir, write_json
 from launch.train import resume_state
@@ -125,11 +126,16 @@ def test_bad_flag_is_one_line_and_exit_2(case, tmp_path):
     assert not logdir.exists(), "nothing is written for a rejected command"
 
 
-@pytest.mark.parametrize("name, flags", [("run_sac.py", [*FAST_SAC, "--intervention=clip"]),
-                                          ("run_bro.py", ["--env=dog-run", "--utd=2"])])
-def test_dry_run_checks_the_settings_and_trains_nothing(tmp_path, name, flags):
+@pytest.mark.parametrize("name, flags, warning", [
+    ("run_sac.py", [*FAST_SAC, "--intervention=clip", "--clip_sides=upper"], None),
+    ("run_bro.py", ["--env=dog-run", "--utd=2", "--clip_sides=upper"],  # BRO resets by default
+     "warning: --clip_sides does nothing with --intervention=reset (SingularClip's flags act "
+     "only with --intervention=clip)")])
+def test_dry_run_checks_the_settings_and_trains_nothing(tmp_path, name, flags, warning):
     proc = run(name, *flags, f"--logdir={tmp_path}/runs", "--dry_run", timeout=60)
     assert "settings checked; " in proc.stdout and "would be trained" in proc.stdout
+    assert [line for line in proc.stderr.splitlines() if "does nothing" in line] == (
+        [warning] if warning else [])
     assert not (tmp_path / "runs").exists()
     bad = run(name, *flags, "--clip_c=0.5", f"--logdir={tmp_path}/runs", "--dry_run",
               check=False, timeout=60)
@@ -420,6 +426,20 @@ def test_interventions_before_the_first_update_are_warned_about():
         "--intervention=reset at env steps 100,200,300,400,500,... comes before")
     assert early_warning(TrainConfig(intervention="reset", intervention_steps=(10_000,))) is None
     assert early_warning(TrainConfig(intervention_every=2_000)) is None  # no intervention
+
+
+def test_flags_the_intervention_never_reads_are_warned_about():
+    given = ["env", "clip_c", "clip_sides", "intervention_every", "utd"]
+    assert unused_flags_warning(TrainConfig(intervention="clip"), given) is None
+    assert unused_flags_warning(TrainConfig(intervention="reset"), given) == (
+        "--clip_c, --clip_sides do nothing with --intervention=reset (SingularClip's flags act "
+        "only with --intervention=clip)")
+    assert unused_flags_warning(TrainConfig(intervention="none"), given) == (
+        "--clip_c, --clip_sides, --intervention_every do nothing with --intervention=none (no "
+        "intervention is made)")
+    assert unused_flags_warning(TrainConfig(intervention="none"), ["clip_ns_steps"]) == (
+        "--clip_ns_steps does nothing with --intervention=none (no intervention is made)")
+    assert unused_flags_warning(TrainConfig(intervention="none"), ["env", "utd"]) is None
 
 
 def test_train_envs_seeded_like_eval_envs_are_warned_about():
