@@ -25,6 +25,9 @@ from tests.runs import FAST_SAC, REPO, read_csv, run, script
 ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=1000",
         "--start_steps=100", "--eval_every=125", "--log_every=125", "--checkpoint_every=125",
         "--intervention_steps=700", "--clip_c=1.2"]
+# The same without an intervention (and without --clip_c, which would add a warning line).
+NO_INTERVENTION = [*(a for a in ARGS if not a.startswith("--clip_c")), "--intervention=none",
+                   "--intervention_steps="]
 
 
 def run_dir(logdir, intervention):
@@ -71,7 +74,7 @@ def kill_while_saving(args, nth: int):
 
 
 def test_ctrl_c_while_saving_completes_that_checkpoint_then_stops_with_one_line(tmp_path):
-    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
+    args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
     proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "2",
                            script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "KILLSAVE_SIGNAL": "SIGINT"})
@@ -184,7 +187,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_previous(uninterrupted, tmp_pat
 def test_when_no_checkpoint_restores_the_logs_are_kept_and_a_relaunch_refuses(tmp_path):
     """Every checkpoint unreadable: the run stops with one line and keeps its logs; a later
     launch must not take the directory for a fresh one (that would overwrite the logs)."""
-    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
+    args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
     kill_while_saving(args, 3)
     directory = run_dir(tmp_path, "none")
     for root, _, files in os.walk(directory / "checkpoints" / "125" / "device"):
@@ -207,7 +210,7 @@ def test_when_no_checkpoint_restores_the_logs_are_kept_and_a_relaunch_refuses(tm
 def test_a_log_shorter_than_its_checkpoint_stops_the_resume(tmp_path):
     """After a machine crash a log could hold fewer bytes than the checkpoint counted; resuming
     must not pad it (with zero bytes) into rows that were never written."""
-    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
+    args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
     kill_while_saving(args, 3)
     train_csv = run_dir(tmp_path, "none") / "train.csv"
     os.truncate(train_csv, os.path.getsize(train_csv) // 2)
@@ -218,7 +221,7 @@ def test_a_log_shorter_than_its_checkpoint_stops_the_resume(tmp_path):
 
 
 def test_divergence_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path):
-    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}",
+    args = [*NO_INTERVENTION, f"--logdir={tmp_path}",
             "--critic_lr=1e30", "--actor_lr=1e30", "--start_steps=300"]
     proc = run("run_sac.py", *args, check=False)
     assert proc.returncode == 1
@@ -378,7 +381,7 @@ def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_pa
 
 
 def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
-    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}"]
+    args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_checkpoint(run_dir(tmp_path, "none") / "checkpoints", proc)
@@ -416,7 +419,7 @@ def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path)
 @pytest.mark.parametrize("resume, again", [("auto", "the same command starts it over"),
                                            ("never", "the same command with --resume=auto")])
 def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, resume, again):
-    args = [*ARGS, "--intervention=none", "--intervention_steps=", f"--logdir={tmp_path}",
+    args = [*NO_INTERVENTION, f"--logdir={tmp_path}",
             f"--resume={resume}"]
     proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
