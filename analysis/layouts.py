@@ -151,6 +151,9 @@ def read_jaxrl_tree(root: Path) -> list[Run]:
     return runs
 
 
+MAX_NPY_STEP = 2**53  # float64 counts integers exactly up to here
+
+
 def read_npy_dir(root: Path, eval_every: int, first_step: int | None = None) -> list[Run]:
     """`root/<task>.npy` (evaluations, seeds) -> one Run per seed (column).
 
@@ -172,7 +175,14 @@ def read_npy_dir(root: Path, eval_every: int, first_step: int | None = None) -> 
         if table.ndim != 2:
             raise AggregationError(f"{f}: expected an array (evaluations, seeds), "
                                    f"got shape {table.shape}")
-        steps = first + eval_every * np.arange(table.shape[0])
+        last = first + eval_every * (table.shape[0] - 1)  # a Python int: no overflow
+        if last > MAX_NPY_STEP:
+            raise AggregationError(
+                f"{f}: its {table.shape[0]} evaluations would end at env step {last:,} "
+                f"(--npy_first_step={first}, --npy_eval_every={eval_every}), past 2^53, above "
+                "which float64 no longer tells env steps apart; give the first step and the "
+                "interval the table was evaluated at")
+        steps = first + eval_every * np.arange(table.shape[0], dtype=np.int64)
         for seed in range(table.shape[1]):
             run = _make_run(f.stem, str(seed), steps, table[:, seed], f"{f}[:, {seed}]")
             if run is not None:

@@ -380,6 +380,14 @@ def test_npy_layout_builds_the_step_grid_and_drops_nan_tails(tmp_path):
     np.testing.assert_array_equal(shifted[0].steps, [0, 10, 20, 30])
     with pytest.raises(AggregationError, match="--npy_first_step must be >= 0, got -10"):
         load_runs(tmp_path, npy_eval_every=10, npy_first_step=-10)
+    with pytest.warns(AggregationWarning):  # the last of 4 evaluations at 2^53 exactly: exact
+        _, far = load_runs(tmp_path, npy_eval_every=2**51, npy_first_step=2**53 - 3 * 2**51)
+    assert far[0].steps[-1] == 2**53 and far[0].steps.dtype == np.int64
+    for every, first in [(10**20, None), (2**62, None), (2**51, 2**53 - 3 * 2**51 + 1)]:
+        with pytest.raises(AggregationError, match=r"finger-turn.npy: its 4 evaluations would "
+                           r"end at env step [\d,]+ \(--npy_first_step=\d+, --npy_eval_every="
+                           r"\d+\), past 2\^53"):
+            load_runs(tmp_path, npy_eval_every=every, npy_first_step=first)
 
 
 def test_bad_paths_and_empty_dirs_are_errors(tmp_path):
