@@ -256,25 +256,38 @@ def diagnostics_warning(cfg: TrainConfig) -> str | None:
 
 
 # Flags that set SingularClip (only --intervention=clip reads them) and the schedule (which
-# --intervention=none never reads); --clip_parts and --intervention_steps there are errors.
+# --intervention=none never reads, nor a schedule given as --intervention_steps); --clip_parts
+# and --intervention_steps with --intervention=none are errors.
 CLIP_FLAGS = ("clip_c", "clip_method", "clip_sides", "clip_opt_state", "clip_ns_steps")
-SCHEDULE_FLAGS = ("intervention_every",)
 
 
 def unused_flags_warning(cfg: TrainConfig, given: Iterable[str]) -> str | None:
-    """A line naming the flags given (`given`: their names) that this --intervention never
+    """A line naming the flags given (`given`: their names) that this run's training never
     reads, such as --clip_c with --intervention=reset, or None. Not an error: a sweep may cross
-    them with every intervention."""
+    them with every intervention. config.json records them all the same, and a resume compares
+    them, as it compares every setting."""
     given = set(given)
-    unused = [name for name in CLIP_FLAGS if name in given and cfg.intervention != "clip"]
-    unused += [name for name in SCHEDULE_FLAGS if name in given and cfg.intervention == "none"]
-    if not unused:
+    clauses = []
+    if cfg.intervention == "none":
+        unused = [name for name in (*CLIP_FLAGS, "intervention_every") if name in given]
+        if unused:
+            clauses.append((unused, "--intervention=none makes no intervention"))
+    else:
+        if cfg.intervention != "clip":
+            unused = [name for name in CLIP_FLAGS if name in given]
+            if unused:
+                clauses.append((unused, f"SingularClip's flags act only with --intervention=clip, "
+                                        f"not {cfg.intervention}"))
+        if cfg.intervention_steps and "intervention_every" in given:
+            clauses.append((["intervention_every"], "--intervention_steps sets the schedule"))
+    if not clauses:
         return None
-    names = ", ".join(f"--{name}" for name in unused)
-    reads = ("SingularClip's flags act only with --intervention=clip"
-             if cfg.intervention != "none" else "no intervention is made")
-    return (f"{names} {'does' if len(unused) == 1 else 'do'} nothing with --intervention="
-            f"{cfg.intervention} ({reads})")
+    flags_given = [name for names, _ in clauses for name in names]
+    return ("; ".join(f"{', '.join('--' + name for name in names)} "
+                      f"{'is' if len(names) == 1 else 'are'} not read ({why})"
+                      for names, why in clauses)
+            + f"; config.json records {'it' if len(flags_given) == 1 else 'them'} all the same, "
+            "and a resume compares every setting")
 
 
 def seed_warning(cfg: TrainConfig) -> str | None:
@@ -390,7 +403,8 @@ def config_from_flags(agent: str) -> TrainConfig:
     values["dormant_taus"] = _number_list("dormant_taus", values["dormant_taus"], float)
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)
-    if f["clip_ns_steps"].present and cfg.clip_method != "newton_schulz":
+    if f["clip_ns_steps"].present and cfg.intervention == "clip" \
+            and cfg.clip_method != "newton_schulz":
         raise ConfigError(f"--clip_ns_steps={cfg.clip_ns_steps} needs --clip_method=newton_schulz "
                           f"(the SVD clip has no iterations), got --clip_method={cfg.clip_method}")
     return cfg
