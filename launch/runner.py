@@ -17,10 +17,11 @@ import warnings
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 from absl import flags, logging
 
 from agents import make_agent
-from envs import UnknownEnvError, check_env_name
+from envs import UnknownEnvError, check_env_name, make_env
 from launch import ctrl_c
 from launch.config import (
     ConfigError,
@@ -50,6 +51,7 @@ from launch.train import (
     TooLargeForMemory,
     Trainer,
     UnevenEpisodes,
+    check_state_fits,
     checkpoint_dirs,
     resume_state,
 )
@@ -144,7 +146,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         agent = make_agent(agent_name, agent_config())
         check_clip_parts(agent, cfg)
         if flags.FLAGS.dry_run:
-            _dry_run(cfg, agent.config, warn_schedule)
+            _dry_run(cfg, agent, warn_schedule)
             return
         # Held until the process ends: a second launch of this run is refused, before it reads
         # or writes anything there, rather than racing this one over checkpoints and logs.
@@ -191,8 +193,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
               f"--buffer_capacity={cfg.buffer_capacity:,} transitions for each of "
               f"--num_seeds={cfg.num_seeds} seed(s): lower them or free memory; {_kept(cfg)}", 1)
     except TooLargeForMemory as e:
-        _fail(f"out of memory: {e}; the networks' sizes and --num_seeds set it: lower them; "
-              f"{_kept(cfg)}", 1)
+        _fail(_too_large(e, cfg), 1)
     except jax.errors.JaxRuntimeError as e:
         if not _out_of_memory(e):
             raise
@@ -244,19 +245,31 @@ def _same_command(cfg: TrainConfig) -> str:
             else "the same command")
 
 
-def _dry_run(cfg: TrainConfig, agent_config, warn_schedule) -> None:
+def _dry_run(cfg: TrainConfig, agent, warn_schedule) -> None:
     """--dry_run: the checks a run makes before it trains, its run directory's included (in
     use by another process, holding a run of other settings, a --resume mode that forbids
-    what is there, not writable), and its warnings; it reads that directory and leaves
-    nothing behind. Each failure exits as the run would."""
+    what is there, not writable), whether the agents' state fits this process's device, and
+    its warnings; it reads that directory and leaves nothing behind. Each failure exits as the
+    run would."""
     check_not_in_use(cfg.run_dir)
-    state = resume_state(cfg, config_record(cfg, agent_config))
+    state = resume_state(cfg, config_record(cfg, agent.config))
     if state != "done":  # a finished run is read only (it may be archived read-only)
         check_writable(cfg.run_dir, create=False)
+    env = make_env(cfg.env, cfg.seed, cfg.action_repeat)
+    try:
+        check_state_fits(jax.vmap(lambda k: agent.init(k, env.obs_dim, env.act_dim)),
+                         jnp.stack([jax.random.key(s) for s in cfg.seeds]))
+    except TooLargeForMemory as e:
+        _fail(_too_large(e, cfg), 1)
     _warn(cfg, warn_schedule)
     outcome = {"fresh": "would be trained", "resume": "would resume from its last checkpoint",
                "done": "has finished: nothing to do"}[state]
     print(f"settings checked; {cfg.run_dir} {outcome} (--dry_run: nothing done)")
+
+
+def _too_large(error: TooLargeForMemory, cfg: TrainConfig) -> str:
+    return (f"out of memory: {error}; the networks' sizes and --num_seeds set it: lower them; "
+            f"{_kept(cfg)}")
 
 
 def _warn(cfg: TrainConfig, warn_schedule: Callable[[TrainConfig], str | None]) -> None:

@@ -230,15 +230,17 @@ def test_running_out_of_memory_is_one_line_naming_the_buffer(tmp_path):
 def test_networks_too_large_for_memory_are_refused_before_anything_compiles(tmp_path):
     """The state's size, traced, against the device's memory: on an H200 XLA compiled such
     networks for over 100 s without failing (jax 0.11.2); here it takes no compilation."""
-    proc = run("run_sac.py", *FAST_SAC, "--hidden_dim=100000000", "--num_seeds=2",
-               "--max_steps=300", "--start_steps=100", f"--logdir={tmp_path}", check=False,
-               timeout=60)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    last = proc.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(r"error: out of memory: the agent's state \(parameters, target networks "
-                        r"and optimizer moments\) of 2 seed\(s\) takes [\d,]+\.\d GiB, more "
-                        r"than the (CPU|GPU)'s [\d,]+\.\d GiB; the networks' sizes and "
-                        r"--num_seeds set it: lower them; no checkpoint was written", last), last
+    for dry_run in ([], ["--dry_run"]):  # --dry_run checks it too
+        proc = run("run_sac.py", *FAST_SAC, "--hidden_dim=100000000", "--num_seeds=2",
+                   "--max_steps=300", "--start_steps=100", f"--logdir={tmp_path}", *dry_run,
+                   check=False, timeout=60)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        expected = (r"error: out of memory: the agent's state \(parameters, target networks and "
+                    r"optimizer moments\) of 2 seed\(s\) takes [\d,]+\.\d GiB, more than the "
+                    r"(CPU|GPU)'s [\d,]+\.\d GiB; the networks' sizes and --num_seeds set it: "
+                    r"lower them; no checkpoint was written")
+        assert re.fullmatch(expected, last), last
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu",
