@@ -13,14 +13,16 @@ call costs depends on how it is made. Per call, in milliseconds, for each case
 - the same calls not waited on (dispatched back to back, waited on once at the end): what the
   device's computation alone takes, with the per-call latency hidden;
 - `jax.device_put` of the minibatches alone, waited on;
-- the replay sample (host), from a 20,000-transition buffer;
-- one env step of every seed, with the replay insert (host).
+- the replay sample (host), from a buffer holding a few hundred transitions (capacity 20,000);
+- one env step of every seed with uniform random actions, with the replay insert (host).
 Two rounds of the three call rows, then one of the rest. The loop's own step is about the
 waited host-batch call plus the sample plus the env step (plus evaluation, which this leaves
 out); `benchmarks/loop_breakdown.py` times the loop itself, part by part.
 """
 
 import dataclasses
+import re
+import sys
 import tempfile
 import time
 
@@ -30,12 +32,12 @@ from absl import app, flags, logging
 from bench_utils import random_batches, xla_flags
 
 from agents import make_agent
-from launch.config import AGENT_DEFAULTS
+from launch.config import AGENT_DEFAULTS, ConfigError, validate
 from launch.train import Trainer
 
 flags.DEFINE_list("cases", ["sac:4:8", "sac:1:1", "bro:1:10"],
                   "agent:seeds:utd cases, at each agent's default batch size (SAC 256, BRO 128).")
-flags.DEFINE_integer("calls", 30, "Calls timed per row and round.")
+flags.DEFINE_integer("calls", 30, "Calls timed per row and round.", lower_bound=1)
 FLAGS = flags.FLAGS
 
 ENVS = {"sac": "humanoid-stand", "bro": "humanoid-run"}  # the same dimensions (67, 21)
@@ -48,12 +50,13 @@ def per_call_ms(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e3
 
 
-def run_case(name: str, seeds: int, utd: int, calls: int) -> None:
+def run_case(name: str, seeds: int, utd: int, calls: int, logdir: str) -> None:
     start = time.perf_counter()
     agent = make_agent(name)
     cfg = dataclasses.replace(AGENT_DEFAULTS[name], env=ENVS[name], utd=utd, num_seeds=seeds,
                               start_steps=300, buffer_capacity=20_000, progress=False,
-                              logdir=tempfile.mkdtemp())
+                              logdir=logdir)
+    validate(cfg)
     trainer = Trainer(agent, cfg)
     loop = trainer.fresh_loop()
     host = random_batches(seeds, utd, cfg.batch_size, trainer.obs_dim, trainer.act_dim)
@@ -84,12 +87,16 @@ def run_case(name: str, seeds: int, utd: int, calls: int) -> None:
             per_call_ms(pipelined, 1) / calls)
     rows["device_put of the minibatches"] = [
         per_call_ms(lambda: jax.block_until_ready(jax.device_put(host)), calls)]
-    for _ in range(400):  # past the random steps: a buffer to sample, episodes under way
+    def env_step():
+        loop.actions = trainer._random_actions()
         trainer.env_step(loop)
+
+    for _ in range(400):  # a buffer to sample, episodes under way
+        env_step()
     rows["replay sample"] = [per_call_ms(lambda: trainer.buffer.sample(cfg.batch_size, utd),
                                          calls)]
-    rows[f"env step of {seeds} seed(s) + replay insert"] = [
-        per_call_ms(lambda: trainer.env_step(loop), calls)]
+    rows[f"env step of {seeds} seed(s), random actions, + replay insert"] = [
+        per_call_ms(env_step, calls)]
     for label, values in rows.items():
         print(f"  {label}: {' / '.join(f'{v:.2f}' for v in values)} ms", flush=True)
 
@@ -99,14 +106,20 @@ def main(_):
     print(f"devices: {jax.devices()}; XLA_FLAGS: {xla_flags()}", flush=True)
     cases = []
     for case in FLAGS.cases:
-        name, *numbers = case.split(":")
-        if name not in ENVS or len(numbers) != 2 or not all(n.isdigit() and int(n) > 0
-                                                            for n in numbers):
-            raise app.UsageError(f"--cases takes agent:seeds:utd entries, agent sac or bro and "
-                                 f"seeds and utd positive integers (sac:4:8); got {case!r}")
-        cases.append((name, int(numbers[0]), int(numbers[1])))
+        parts = case.split(":")
+        if len(parts) != 3 or parts[0] not in ENVS or not all(
+                re.fullmatch(r"[1-9][0-9]*", n) for n in parts[1:]):
+            sys.exit(f"error: --cases takes agent:seeds:utd entries, agent sac or bro and seeds "
+                     f"and utd positive integers (sac:4:8); got {case!r}")
+        cases.append((parts[0], int(parts[1]), int(parts[2])))
+    if not cases:
+        sys.exit("error: --cases is empty; give agent:seeds:utd entries such as sac:4:8")
     for name, seeds, utd in cases:
-        run_case(name, seeds, utd, FLAGS.calls)
+        with tempfile.TemporaryDirectory() as logdir:
+            try:
+                run_case(name, seeds, utd, FLAGS.calls, logdir)
+            except ConfigError as e:
+                sys.exit(f"error: {name}:{seeds}:{utd}: {e}")
 
 
 if __name__ == "__main__":
