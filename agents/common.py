@@ -27,6 +27,16 @@ def check_finite_numbers(config) -> None:
             raise ValueError(f"{field.name} must be a finite number, got {value}")
 
 
+MAX_SIZE = 2**31 - 1  # XLA's array dimensions (and JAX's shape arithmetic) are int32
+
+
+def check_size(name: str, value) -> None:
+    """ValueError for an integer setting that sizes an array (a width, a count) past int32."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_SIZE:
+        raise ValueError(f"{name} must be at most 2**31 - 1 ({MAX_SIZE:,}), the largest array "
+                         f"dimension, got {value:,}")
+
+
 def check_ranges(config, positive: tuple[str, ...], unit_b1: tuple[str, ...] = (),
                  non_negative: tuple[str, ...] = ()) -> None:
     """ValueError naming the first setting of an agent's config outside its range: the
@@ -37,6 +47,7 @@ def check_ranges(config, positive: tuple[str, ...], unit_b1: tuple[str, ...] = (
     for name in positive:
         if getattr(config, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(config, name)}")
+        check_size(name, getattr(config, name))
     for name in non_negative:
         if getattr(config, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")

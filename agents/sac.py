@@ -20,6 +20,7 @@ from agents.common import (
     Batch,
     Temperature,
     check_ranges,
+    check_size,
     polyak,
     sow_features,
     train_state,
@@ -51,6 +52,8 @@ class SACConfig:
         one error line before anything is built)."""
         if not self.hidden_dims or any(w <= 0 for w in self.hidden_dims):
             raise ValueError(f"hidden_dims must be positive widths, got {self.hidden_dims}")
+        for width in self.hidden_dims:
+            check_size("hidden_dims", width)
         check_ranges(self, positive=("num_critics", "batch_size", "actor_lr", "critic_lr",
                                      "temp_lr", "init_temperature", "init_scale"))
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import pytest
 
 from agents import make_agent
+from agents.bro import BROConfig
 from agents.sac import SACConfig
 from launch import train
 from launch.config import (
@@ -43,6 +44,8 @@ CASES = {
     "action repeat past an episode": (["--action_repeat=1001"], "--action_repeat must be from 1 "
                                       "to 1000 (an episode's control steps), got 1001"),
     "blank run name": (["--run_name= "], "--run_name is blank (' ')"),
+    "width past int32": (["--hidden_dim=2147483648"], "--hidden_dim must be at most 2**31 - 1 "
+                         "(2,147,483,647), the largest array dimension, got 2,147,483,648"),
     "seeds past 2**32": (["--seed=4294967290", "--num_seeds=2"], "give env seeds up to "
                          "4294967333; dm_control takes seeds below 2**32"),
     "non-positive max_steps": (["--max_steps=0"], "--max_steps must be positive"),
@@ -374,6 +377,18 @@ BRO_CASES = [(["--utd=ten"], "flag --utd=ten"),
              (["--init_temperature=nan"], "--init_temperature must be a finite number"),
              (["--scalar_log_max=1000"], "--scalar_log_min and scalar_log_max must satisfy"),
              (["--kappa=0"], "--kappa must be positive, got 0.0")]
+
+
+def test_array_sizes_past_int32_are_refused_with_the_setting_named():
+    """JAX's shape arithmetic is int32: past it, a traceback from deep inside the trace."""
+    make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(2**31 - 1,)))  # only sized
+    for name in ("critic_width", "actor_width", "optimistic_width", "num_quantiles"):
+        with pytest.raises(ValueError, match=f"^{name} must be at most 2\\*\\*31 - 1 "
+                           r"\(2,147,483,647\), the largest array dimension, got 2,147,483,648$"):
+            dataclasses.replace(BROConfig(), **{name: 2**31})
+    for config in ({"num_critics": 2**31}, {"hidden_dims": (256, 2**31)}):
+        with pytest.raises(ValueError, match="must be at most 2\\*\\*31 - 1"):
+            dataclasses.replace(SACConfig(), **config)
 
 
 @pytest.mark.parametrize("args, expected", BRO_CASES)
