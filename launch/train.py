@@ -73,8 +73,9 @@ class TooLargeForMemory(RuntimeError):
 
 
 def device_memory_bytes(device: jax.Device) -> int | None:
-    """The bytes JAX may allocate on `device`: an accelerator's limit, the host's physical
-    memory for a CPU, or None where neither is known."""
+    """The bytes JAX may allocate on `device`: an accelerator's limit, for a CPU the host's
+    physical memory or the process's cgroup limit where smaller, or None where neither is
+    known."""
     try:
         stats = device.memory_stats()
     except Exception:  # not every backend implements it
@@ -83,10 +84,45 @@ def device_memory_bytes(device: jax.Device) -> int | None:
         return int(stats["bytes_limit"])
     if device.platform == "cpu":
         try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (AttributeError, ValueError, OSError):
             return None
+        limit = cgroup_memory_limit()  # a container's or a SLURM job's (--mem), if smaller
+        return physical if limit is None else min(physical, limit)
     return None
+
+
+def cgroup_memory_limit(proc_cgroup: str = "/proc/self/cgroup",
+                        root: str = "/sys/fs/cgroup") -> int | None:
+    """The smallest memory limit set on this process's cgroup or an ancestor of it (cgroup v2
+    `memory.max`, v1 `memory.limit_in_bytes`), or None where none is set or none can be read."""
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":
+            base, name = root, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = os.path.join(root, "memory"), "memory.limit_in_bytes"
+        else:
+            continue
+        folders = path.strip("/").split("/") if path.strip("/") else []
+        for depth in range(len(folders), -1, -1):  # the cgroup, then each ancestor
+            try:
+                with open(os.path.join(base, *folders[:depth], name)) as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            if text.isdigit():  # v2 writes "max" where no limit is set
+                limits.append(int(text))
+    return min(limits) if limits else None
 
 
 def tree_nbytes(tree) -> int:

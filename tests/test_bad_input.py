@@ -379,6 +379,32 @@ BRO_CASES = [(["--utd=ten"], "flag --utd=ten"),
              (["--kappa=0"], "--kappa must be positive, got 0.0")]
 
 
+def test_a_cgroup_memory_limit_of_the_process_or_an_ancestor_bounds_the_cpu_memory(
+        tmp_path, monkeypatch):
+    """A container's or a SLURM job's limit (--mem): smaller than the machine's memory."""
+    cpu = jax.devices("cpu")[0]
+    monkeypatch.setattr(train, "cgroup_memory_limit", lambda: 2**20)
+    assert train.device_memory_bytes(cpu) == 2**20
+    monkeypatch.undo()
+    def write(path, text):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    v2, v1 = tmp_path / "v2", tmp_path / "v1"
+    write(v2 / "proc", "0::/job/step\n")
+    write(v2 / "fs" / "memory.max", "max\n")
+    write(v2 / "fs" / "job" / "memory.max", "4294967296\n")  # the job's, above its step
+    write(v2 / "fs" / "job" / "step" / "memory.max", "max\n")
+    assert train.cgroup_memory_limit(str(v2 / "proc"), str(v2 / "fs")) == 2**32
+    write(v1 / "proc", "5:cpu,cpuacct:/x\n4:memory:/slurm/job_7\n")
+    write(v1 / "fs" / "memory" / "memory.limit_in_bytes", "9223372036854771712\n")
+    write(v1 / "fs" / "memory" / "slurm" / "job_7" / "memory.limit_in_bytes", "1073741824\n")
+    assert train.cgroup_memory_limit(str(v1 / "proc"), str(v1 / "fs")) == 2**30
+    write(v1 / "none", "4:memory:/gone\n")  # no readable limit: none known
+    assert train.cgroup_memory_limit(str(v1 / "none"), str(tmp_path / "nothing")) is None
+    assert train.cgroup_memory_limit(str(tmp_path / "no-proc-file")) is None
+
+
 def test_array_sizes_past_int32_are_refused_with_the_setting_named():
     """JAX's shape arithmetic is int32: past it, a traceback from deep inside the trace."""
     make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(2**31 - 1,)))  # only sized
