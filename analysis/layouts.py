@@ -179,7 +179,8 @@ def read_npy_dir(root: Path, eval_every: int, first_step: int | None = None) -> 
         if last > MAX_NPY_STEP:
             raise AggregationError(
                 f"{f}: its {table.shape[0]} evaluations would end at env step {last:,} "
-                f"(--npy_first_step={first}, --npy_eval_every={eval_every}), past 2^53, above "
+                f"(--npy_first_step={first}{' by default' if first_step is None else ''}, "
+                f"--npy_eval_every={eval_every}), past 2^53, above "
                 "which float64 no longer tells env steps apart; give the first step and the "
                 "interval the table was evaluated at")
         steps = first + eval_every * np.arange(table.shape[0], dtype=np.int64)

@@ -130,11 +130,21 @@ def tree_nbytes(tree) -> int:
     total = 0
     for leaf in jax.tree.leaves(tree):
         dtype = leaf.dtype
-        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-            total += leaf.size * jax.random.key_data(jax.random.key(0)).nbytes
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):  # its own impl's key data
+            data = jax.eval_shape(jax.random.key_data, leaf)
+            total += data.size * np.dtype(data.dtype).itemsize
         else:
             total += leaf.size * np.dtype(dtype).itemsize
     return total
+
+
+def _told_apart(need: int, have: int) -> tuple[str, str]:
+    """Two byte counts in GiB with as few decimals as tell them apart, else in bytes."""
+    for digits in (1, 3):
+        pair = (f"{need / 2**30:,.{digits}f} GiB", f"{have / 2**30:,.{digits}f} GiB")
+        if pair[0] != pair[1]:
+            return pair
+    return f"{need:,} bytes", f"{have:,} bytes"
 
 
 def check_state_fits(init_fn, init_keys: jax.Array) -> None:
@@ -147,10 +157,11 @@ def check_state_fits(init_fn, init_keys: jax.Array) -> None:
     device = jax.devices()[0]
     have = device_memory_bytes(device)
     if have is not None and need > have:
+        sizes = _told_apart(need, have)
         raise TooLargeForMemory(
             f"the agent's state (parameters, target networks and optimizer moments) of "
-            f"{init_keys.shape[0]} seed(s) takes {need / 2**30:,.1f} GiB, more than the "
-            f"{device.platform.upper()}'s {have / 2**30:,.1f} GiB")
+            f"{init_keys.shape[0]} seed(s) takes {sizes[0]}, more than the "
+            f"{device.platform.upper()}'s {sizes[1]}")
 
 
 class Stopped(RuntimeError):

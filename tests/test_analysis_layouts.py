@@ -385,8 +385,9 @@ def test_npy_layout_builds_the_step_grid_and_drops_nan_tails(tmp_path):
     assert far[0].steps[-1] == 2**53 and far[0].steps.dtype == np.int64
     for every, first in [(10**20, None), (2**62, None), (2**51, 2**53 - 3 * 2**51 + 1)]:
         with pytest.raises(AggregationError, match=r"finger-turn.npy: its 4 evaluations would "
-                           r"end at env step [\d,]+ \(--npy_first_step=\d+, --npy_eval_every="
-                           r"\d+\), past 2\^53"):
+                           r"end at env step [\d,]+ \(--npy_first_step=\d+"
+                           + (" by default" if first is None else "")
+                           + r", --npy_eval_every=\d+\), past 2\^53"):
             load_runs(tmp_path, npy_eval_every=every, npy_first_step=first)
 
 

@@ -279,7 +279,8 @@ def test_the_state_size_check_counts_every_byte_and_refuses_only_past_the_memory
     monkeypatch.setattr(train, "device_memory_bytes", lambda device: need)
     train.check_state_fits(init_fn, keys)
     monkeypatch.setattr(train, "device_memory_bytes", lambda device: need - 1)
-    with pytest.raises(train.TooLargeForMemory, match="of 3 seed"):
+    with pytest.raises(train.TooLargeForMemory, match=f"of 3 seed\\(s\\) takes {need:,} bytes, "
+                       f"more than the CPU's {need - 1:,} bytes$"):  # no GiB tells them apart
         train.check_state_fits(init_fn, keys)
     monkeypatch.setattr(train, "device_memory_bytes", lambda device: None)  # not known: no check
     train.check_state_fits(init_fn, keys)
