@@ -112,11 +112,23 @@ def main(
     warnings.filterwarnings("ignore", message="coroutine .* was never awaited",
                             category=RuntimeWarning)
     sys.unraisablehook = _without_closed_loop_callbacks(sys.unraisablehook)
+    asyncio_logger = std_logging.getLogger("asyncio")
+    if _not_unretrieved_task_exception not in asyncio_logger.filters:
+        asyncio_logger.addFilter(_not_unretrieved_task_exception)
     try:
         ctrl_c.deliver()  # raises one held while the script imported its libraries
         _main(argv, agent_name, agent_config, adjust, warn_schedule)
     except KeyboardInterrupt:  # during the checks and the agent's construction
         _interrupted("interrupted before training started")
+
+
+def _not_unretrieved_task_exception(record: std_logging.LogRecord) -> bool:
+    """A filter for asyncio's logger, False for "Task exception was never retrieved": orbax
+    restores a checkpoint's arrays in concurrent tasks, and when one fails (a damaged
+    checkpoint, set aside with its one warning line) the others' errors are logged with a
+    traceback each as they are garbage-collected, after the fact and at random moments. The
+    only asyncio code in a run is orbax's, whose failures the run reports itself."""
+    return not record.getMessage().startswith("Task exception was never retrieved")
 
 
 def _without_closed_loop_callbacks(hook: Callable) -> Callable:
