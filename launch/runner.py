@@ -17,7 +17,6 @@ import warnings
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 from absl import flags, logging
 
 from agents import make_agent
@@ -54,6 +53,7 @@ from launch.train import (
     check_state_fits,
     checkpoint_dirs,
     resume_state,
+    seed_init,
 )
 
 __all__ = ["ConfigError", "main"]
@@ -269,8 +269,7 @@ def _dry_run(cfg: TrainConfig, agent, warn_schedule) -> None:
         check_writable(cfg.run_dir, create=False)
     env = make_env(cfg.env, cfg.seed, cfg.action_repeat)
     try:
-        check_state_fits(jax.vmap(lambda k: agent.init(k, env.obs_dim, env.act_dim)),
-                         jnp.stack([jax.random.key(s) for s in cfg.seeds]))
+        check_state_fits(*seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim))
     except TooLargeForMemory as e:
         _fail(_too_large(e, cfg), 1)
     _warn(cfg, warn_schedule)

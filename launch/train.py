@@ -147,6 +147,12 @@ def _told_apart(need: int, have: int) -> tuple[str, str]:
     return f"{need:,} bytes", f"{have:,} bytes"
 
 
+def seed_init(agent: Agent, seeds, obs_dim: int, act_dim: int):
+    """The jitted, seed-vmapped `agent.init` and the seeds' keys it initialises them from."""
+    keys = jnp.stack([jax.random.key(s) for s in seeds])
+    return jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim))), keys
+
+
 def check_state_fits(init_fn, init_keys: jax.Array) -> None:
     """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make
     cannot fit on the default device. Only traces `init_fn` (the trace is the one its first
@@ -318,8 +324,7 @@ class Trainer:
         self.buffer = ReplayBuffer(len(seeds), cfg.buffer_capacity, self.obs_dim, self.act_dim,
                                    seed=cfg.seed)
         self.random_actions = np.random.default_rng([cfg.seed, 1])
-        self.init_keys = jnp.stack([jax.random.key(s) for s in seeds])
-        self.init_fn = jax.jit(jax.vmap(lambda k: agent.init(k, self.obs_dim, self.act_dim)))
+        self.init_fn, self.init_keys = seed_init(agent, seeds, self.obs_dim, self.act_dim)
         check_state_fits(self.init_fn, self.init_keys)
         self.train_step, self.next_actions, self.eval_act = make_step_fns(agent)
         self.intervention: Intervention = build_intervention(
