@@ -113,7 +113,7 @@ def cgroup_memory_limit(proc_cgroup: str = "/proc/self/cgroup",
             base, name = os.path.join(root, "memory"), "memory.limit_in_bytes"
         else:
             continue
-        folders = path.strip("/").split("/") if path.strip("/") else []
+        folders = [folder for folder in path.split("/") if folder]
         for depth in range(len(folders), -1, -1):  # the cgroup, then each ancestor
             try:
                 with open(os.path.join(base, *folders[:depth], name)) as f:
