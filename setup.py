@@ -20,7 +20,10 @@ RUNTIME = [
 ]
 # rliable is a test-time cross-check only; its arch 7.2 dependency breaks on import with
 # pandas 3, hence the pandas pin.
-TEST = ["pytest==9.0.3", "hypothesis==6.155.2", "rliable==1.2.0", "pandas==2.3.3", "ruff==0.17.6"]
+# pytest-xdist runs the suite on both of a 2-core machine's cores (`-n 2`): it is mostly
+# single-threaded Python (the run scripts' subprocesses, compilation), so that halves its time.
+TEST = ["pytest==9.0.3", "pytest-xdist==3.8.0", "hypothesis==6.155.2", "rliable==1.2.0",
+        "pandas==2.3.3", "ruff==0.17.6"]
 
 setup(
     name="singularclip-rl",
