@@ -16,10 +16,14 @@ os.environ.setdefault("MUJOCO_GL", "disabled")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # The end-to-end tests start many processes that compile the same programs: share JAX's
-# persistent compilation cache between them (a cache hit loads the same executable).
-os.environ.setdefault(
-    "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "singularclip-test-jax-cache")
-)
+# persistent compilation cache between them (a cache hit loads the same executable). One cache
+# per pytest-xdist worker (`-n 2`): JAX writes an entry in place, so a process of one worker
+# could read another's half-written entry, and its warning would reach a run script's stderr.
+# The workers inherit the environment that this file sets in pytest's main process.
+SHARED_CACHE = os.path.join(tempfile.gettempdir(), "singularclip-test-jax-cache")
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...; unset in one process
+if os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", SHARED_CACHE) == SHARED_CACHE and WORKER:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = f"{SHARED_CACHE}-{WORKER}"
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
