@@ -68,7 +68,7 @@ def eval_rows(run_dir):
                 for r in csv.DictReader(f)]
 
 
-def wait_for(condition, timeout=30.0, what="condition"):
+def wait_for(condition, timeout=60.0, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if condition():
@@ -167,15 +167,15 @@ def test_killed_job_resumes_when_the_sweep_is_launched_again(tmp_path, scripts):
     args = ["--envs=cheetah-run", "--max_steps=300", "--eval_every=10", "--checkpoint_every=20",
             "--", "--step_s=0.01"]
     key = "sac/cheetah-run/none-utd1-seed0"
-    submitted = sweep(logdir, scripts, "--no_wait", *args, timeout=20)
+    submitted = sweep(logdir, scripts, "--no_wait", *args, timeout=60)
     assert submitted.returncode == 0 and "not waiting" in submitted.stdout
     wait_for(lambda: (logdir / key / "checkpoints" / "step_40").exists(), what="a checkpoint")
     record = read_json(SweepPaths(str(logdir)).record(key))
     assert not (logdir / key / "done.json").exists()
-    twice = sweep(logdir, scripts, "--no_wait", *args, timeout=20)
+    twice = sweep(logdir, scripts, "--no_wait", *args, timeout=60)
     assert "1 jobs: 1 running; launching 0 on local" in twice.stdout
     os.kill(record["pid"], signal.SIGKILL)
-    wait_for(lambda: not pid_alive(record["child_pid"]), timeout=10, what="the run script to die")
+    wait_for(lambda: not pid_alive(record["child_pid"]), what="the run script to die")
 
     status = sweep(logdir, scripts, "--status")
     assert status.stdout.startswith(f"interrupted {key}  job process {record['pid']}")
@@ -302,7 +302,7 @@ def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_pa
         wait_for(lambda: read_json(SweepPaths(str(logdir)).record(key)).get("stop_sent_to"),
                  what="the stop's SIGTERM")
         again = sweep(logdir, scripts, *args)
-        stop_out, stop_err = stopping.communicate(timeout=30)
+        stop_out, stop_err = stopping.communicate(timeout=60)
     assert stopping.returncode == 0, stop_err
     assert again.returncode == 0, again.stdout + again.stderr
     lines = again.stdout.splitlines()
@@ -332,7 +332,7 @@ def test_ctrl_c_or_a_closed_terminal_stops_following_and_the_local_jobs_go_on(tm
         wait_for(lambda: (logdir / key / "eval.csv").exists() and len(eval_rows(logdir / key))
                  >= 2, what="the run to start")
         os.killpg(proc.pid, sig)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=60)
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "the jobs go on" in err
     else:  # ended by the hangup, as a terminal's programs are
@@ -385,7 +385,7 @@ def test_ctrl_c_while_the_flags_are_checked_launches_nothing(tmp_path, scripts):
             return False
         wait_for(checking, what="the dry run to start")
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == ("interrupted while checking the jobs' flags; "
                                             "nothing was launched")

@@ -39,7 +39,7 @@ def test_slurm_sweep_finishes_and_stopped_jobs_resume(cluster, tmp_path, scripts
                           stderr=subprocess.PIPE, text=True) as proc:
         for key in keys:
             wait_for(lambda k=key: (logdir / k / "checkpoints" / "step_40").exists(),
-                     timeout=40, what=f"a checkpoint of {key}")
+                     timeout=90, what=f"a checkpoint of {key}")
         signalled, requeued = (read_json(paths.record(k)) for k in keys)
         # What SLURM sends before the time limit (--signal=USR2@...): submitit's handler stops
         # the script and requeues the job.
