@@ -15,7 +15,7 @@ import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
 from absl import app, flags
 
 from agents import sac
-from agents.common import MAX_SIZE
+from agents.common import check_size
 from launch import config, runner
 from launch.config import SAC_DEFAULTS, define_flags
 
@@ -45,10 +45,8 @@ def agent_config() -> sac.SACConfig:
     if f.hidden_dim <= 0 or f.num_layers <= 0:
         raise runner.ConfigError(f"--hidden_dim and --num_layers must be positive, got "
                                  f"{f.hidden_dim} and {f.num_layers}")
-    if f.hidden_dim > MAX_SIZE:
-        raise runner.ConfigError(f"--hidden_dim must be at most 2**31 - 1 ({MAX_SIZE:,}), the "
-                                 f"largest array dimension, got {f.hidden_dim:,}")
     try:
+        check_size("hidden_dim", f.hidden_dim)  # before hidden_dims, which names no flag
         return _config(f)
     except ValueError as e:
         raise runner.ConfigError(f"--{e}") from None

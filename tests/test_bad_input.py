@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import jax
-import jax.numpy as jnp
 import pytest
 
 from agents import make_agent
@@ -271,8 +270,7 @@ def test_an_allocation_that_fails_while_training_is_one_line_naming_what_sets_it
 
 def test_the_state_size_check_counts_every_byte_and_refuses_only_past_the_memory(monkeypatch):
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(8, 8)))
-    keys = jnp.stack([jax.random.key(s) for s in range(3)])
-    init_fn = jax.jit(jax.vmap(lambda k: agent.init(k, 5, 2)))
+    init_fn, keys = train.seed_init(agent, range(3), 5, 2)
     state = init_fn(keys)
     assert train.device_memory_bytes(jax.devices("cpu")[0]) > 2**28  # the host's memory
     need = sum(leaf.nbytes if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
