@@ -98,6 +98,7 @@ class ReplayBuffer:
         self._pointer = 0
         self._size = 0
         self._rng = np.random.Generator(np.random.PCG64(seed))
+        self.changes = 0  # inserts and restores so far (not state: what was drawn ahead for)
 
     def __len__(self) -> int:
         """Number of valid (sampleable) transitions, the same for every seed."""
@@ -152,6 +153,21 @@ class ReplayBuffer:
         a["pending_next_observations"][:] = next_obs
         self._pointer = (p + 1) % c
         self._size = min(self._size + 1, c)
+        self.changes += 1
+
+    @property
+    def next_slot(self) -> int:
+        """The slot the next insert writes (of every seed's ring)."""
+        return self._pointer
+
+    def generator_copy(self) -> np.random.Generator:
+        """A copy of the buffer's own generator: `draw(..., rng=copy)` leaves the buffer's as it
+        is, until `adopt_generator(copy)` makes the copy's state the buffer's."""
+        return _rng_from_array(_rng_to_array(self._rng))
+
+    def adopt_generator(self, rng: np.random.Generator) -> None:
+        """Continue the buffer's draws from `rng`'s state (a `generator_copy` drawn from)."""
+        self._rng = rng
 
     def sample(self, batch_size: int, utd: int = 1,
                rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
@@ -160,15 +176,30 @@ class ReplayBuffer:
         Keys observations, actions, rewards, next_observations, masks (1 - terminated), float32.
         Draws from the buffer's own generator (part of its state) unless given `rng`.
         """
-        if self._size == 0:
+        return self.gather(self.draw(batch_size, utd, rng))
+
+    def draw(self, batch_size: int, utd: int = 1, rng: np.random.Generator | None = None,
+             ahead: bool = False) -> np.ndarray:
+        """The slots (N, utd, B) that `sample` gathers: uniform over the stored transitions, or
+        with `ahead`, over those the buffer will hold after the next insert. Such slots other
+        than `next_slot` can be gathered before that insert, with the rows they give after it."""
+        size = min(self._size + 1, self.capacity) if ahead else self._size
+        if size == 0:
             raise ValueError("cannot sample from an empty buffer; insert transitions first")
         if batch_size < 1 or utd < 1:
             raise ValueError(f"batch_size and utd must be >= 1; got {batch_size} and {utd}")
+        return (self._rng if rng is None else rng).integers(
+            0, size, size=(self.num_seeds, utd, batch_size))
+
+    def gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        """The transitions at `slots` (N, ...) of the stored ones, per seed, as `sample` gives
+        them. The newest slot's next observation is the pending one, which the next insert
+        repeats as its observation (where the episode goes on), so gathering a slot before
+        that insert gives what gathering it after does, except at the slot it writes."""
         n, c = self.num_seeds, self.capacity
         a = self._arrays
-        slots = (self._rng if rng is None else rng).integers(0, self._size,
-                                                             size=(n, utd, batch_size))
-        seeds = np.broadcast_to(np.arange(n)[:, None, None], slots.shape)
+        seeds = np.broadcast_to(np.arange(n).reshape((n,) + (1,) * (slots.ndim - 1)),
+                                slots.shape)
         rows = seeds * c + slots
         next_rows = seeds * c + (slots + 1) % c
         observations = a["observations"].reshape(n * c, self.obs_dim)
@@ -239,6 +270,7 @@ class ReplayBuffer:
         arrays["finals"] = np.array(finals, dtype=np.float32)
         self._arrays, self._pointer, self._size = arrays, pointer, size
         self._rng = _rng_from_array(state["rng"])
+        self.changes += 1
 
     def _store_finals(self, seeds: np.ndarray, next_obs: np.ndarray) -> None:
         """Append the final next observations of `seeds` (episodes ending at the write pointer)."""

@@ -148,6 +148,35 @@ def test_next_obs_never_crosses_an_episode_end_or_the_write_pointer(
     assert np.all(np.any(sampled.reshape(len(episodes), -1) == steps - 1, axis=1))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    episodes=st.lists(
+        st.lists(st.tuples(st.integers(1, 6), st.booleans()), min_size=1, max_size=4),
+        min_size=1,
+        max_size=3,
+    ),
+    capacity=st.integers(1, 10),
+    steps=st.integers(0, 30),
+)
+def test_slots_drawn_ahead_gather_before_the_insert_as_after_it(episodes, capacity, steps):
+    """What the loop relies on to update during an env step: slots drawn for the buffer as the
+    next insert leaves it are the ones a draw after that insert gives, and every one of them but
+    `next_slot`, where that insert goes, gathers the same transition before the insert."""
+    env = CountingEnv([[n for n, _ in e] for e in episodes], [[d for _, d in e] for e in episodes])
+    buffer = ReplayBuffer(len(episodes), capacity, OBS_DIM, ACT_DIM, episode_length_hint=3)
+    fill(buffer, env, steps)
+    slots = buffer.draw(64, utd=2, rng=np.random.default_rng(steps), ahead=True)
+    written = slots == buffer.next_slot
+    before = buffer.gather(np.where(written, 0, slots)) if steps else None
+    buffer.insert(*env.step())
+    np.testing.assert_array_equal(buffer.draw(64, 2, rng=np.random.default_rng(steps)), slots)
+    after = buffer.gather(slots)
+    newest = check_batch(after, env, capacity, (2, 64)) == env.steps - 1
+    np.testing.assert_array_equal(newest, written)
+    for key in after if steps else ():
+        np.testing.assert_array_equal(before[key][~written], after[key][~written], key)
+
+
 def test_newest_and_episode_end_transitions_are_sampled_with_their_true_next_obs():
     env = CountingEnv([[5]], [[False]])
     buffer = ReplayBuffer(1, 6, OBS_DIM, ACT_DIM)
