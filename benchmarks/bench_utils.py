@@ -262,11 +262,11 @@ def sac_trainer(logdir: str, env: str, utd: int, **settings) -> Trainer:
 
 
 def update_seconds(trainer: Trainer, loop, batch: Batch, calls: int) -> float:
-    """Seconds of `calls` jitted update+act calls on one fixed batch, each waited on for its
-    actions as the loop waits (the calls train `loop.states` on)."""
+    """Seconds of `calls` training steps' jitted calls on one fixed batch, as the loop makes
+    them: the update, then the next actions, waited on (the calls train `loop.states` on)."""
     start = time.perf_counter()
     for _ in range(calls):
-        loop.states, actions, loop.keys, loop.metric_sums = trainer.train_step(
-            loop.states, batch, loop.obs, loop.keys, loop.metric_sums)
-        np.asarray(actions)
+        loop.states, loop.keys, loop.metric_sums = trainer.update_step(
+            loop.states, batch, loop.keys, loop.metric_sums)
+        np.asarray(trainer.next_actions(loop.states, loop.obs, loop.keys))
     return time.perf_counter() - start

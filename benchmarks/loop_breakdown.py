@@ -5,14 +5,17 @@
 
 `benchmarks/throughput.py` reports how much the loop adds to env + update + eval time measured
 apart. This script says which part it is: it runs real training iterations (`Trainer.iteration`)
-with timers around the env (steps and resets), the replay insert and sample and the jitted
-update+act call (waited on, as the loop waits for its actions), then times each part again in
-a tight loop of its own. The rest (the loop's own Python, a train.csv row every 1,000 steps)
-is what remains. The env's time is split further, inside dm_control's step: MuJoCo's stepping
-(C), the task's Python (reward, observation, before and after the step), and the rest
-(dm_control's and this project's wrappers). A last row steps the env alone with a 16 MiB memory
-copy before each step, which evicts the CPU caches as the update does without running any XLA
-code.
+with timers around the env (steps and resets), the replay insert and sample (its draw and its
+gather) and the jitted calls: the update's dispatch (it then computes while the env steps,
+where its minibatches leave out that step's transition) and the next actions' call, waited on
+as the loop waits for them (and so for the update). It then times each part again in a tight
+loop of its own, the update and the actions' call one after the other. The rest (the loop's
+own Python, a train.csv row every 1,000 steps) is what remains. In the loop, the env steps
+while the update computes, so its time there holds what the two cores' sharing costs it. The
+env's time is split further, inside dm_control's step: MuJoCo's stepping (C), the task's
+Python (reward, observation, before and after the step), and the rest (dm_control's and this
+project's wrappers). A last row steps the env alone with a 16 MiB memory copy before each
+step, which evicts the CPU caches as the update does without running any XLA code.
 """
 
 import tempfile
@@ -86,19 +89,23 @@ def main(_):
         time_env_parts(trainer.env, env_parts)
         env_step, env_reset = trainer.env.step, trainer.env.reset
         insert, sample = trainer.buffer.insert, trainer.buffer.sample
-        train_step = trainer.train_step
+        draw, gather = trainer.buffer.draw, trainer.buffer.gather
+        update_step, next_actions = trainer.update_step, trainer.next_actions
         trainer.env.step = timed(env_step, inside, "env")
         trainer.env.reset = timed(env_reset, inside, "env")
         trainer.buffer.insert = timed(insert, inside, "replay insert")
-        trainer.buffer.sample = timed(sample, inside, "replay sample")
-        trainer.train_step = timed(train_step, inside, "update + act (jit)", wait=True)
+        trainer.buffer.draw = timed(draw, inside, "replay sample")
+        trainer.buffer.gather = timed(gather, inside, "replay sample")
+        trainer.update_step = timed(update_step, inside, "update + act (jit)")
+        trainer.next_actions = timed(next_actions, inside, "update + act (jit)", wait=True)
         start = time.perf_counter()
         for _ in range(steps):
             trainer.iteration(loop, started)
         jax.block_until_ready(loop.states)
         loop_seconds = time.perf_counter() - start
         trainer.env.step, trainer.env.reset, trainer.buffer.insert = env_step, env_reset, insert
-        trainer.buffer.sample, trainer.train_step = sample, train_step
+        trainer.buffer.draw, trainer.buffer.gather = draw, gather
+        trainer.update_step, trainer.next_actions = update_step, next_actions
 
         rng = np.random.default_rng(0)
         trainer.env.reset()

@@ -4,20 +4,22 @@
                                                              # UTD 1, BRO 1 seed UTD 10
     python benchmarks/step_parts.py --cases=sac:16:8 --calls=50
 
-Written for a GPU, where the loop waits for each training-step call (its actions), so what a
+Written for a GPU, where the loop waits for each training step's calls (its actions), so what a
 call costs depends on how it is made. Per call, in milliseconds, for each case
 (agent:seeds:utd, humanoid dimensions and physics):
-- the training-step call (the UTD update for every seed, then the next actions), waited on for
-  its actions as the loop waits, given host (numpy) minibatches as the loop gives them;
+- the training step's calls (the UTD update for every seed, then the next actions), waited on
+  for the actions as the loop waits, given host (numpy) minibatches as the loop gives them;
 - the same with the minibatches already on the device (so the difference is their transfer);
 - the same calls not waited on (dispatched back to back, waited on once at the end): what the
   device's computation alone takes, with the per-call latency hidden;
 - `jax.device_put` of the minibatches alone, waited on;
 - the replay sample (host), from a buffer holding a few hundred transitions (capacity 20,000);
 - one env step of every seed with uniform random actions, with the replay insert (host).
-Two rounds of the three call rows, then one of the rest. The loop's own step is about the
-waited host-batch call plus the sample plus the env step (plus evaluation, which this leaves
-out); `benchmarks/loop_breakdown.py` times the loop itself, part by part.
+Two rounds of the three call rows, then one of the rest. Where a step's update is dispatched
+before its env step (`Trainer.step_and_update`: nearly always, once the buffer is large), the
+loop's own step is about the sample plus the longer of the waited host-batch call and the env
+step (plus evaluation, which this leaves out); `benchmarks/loop_breakdown.py` times the loop
+itself, part by part.
 """
 
 import dataclasses
@@ -63,9 +65,9 @@ def run_case(name: str, seeds: int, utd: int, calls: int, logdir: str) -> None:
     device = jax.device_put(host)
 
     def call(batch):
-        loop.states, actions, loop.keys, loop.metric_sums = trainer.train_step(
-            loop.states, batch, loop.obs, loop.keys, loop.metric_sums)
-        return actions
+        loop.states, loop.keys, loop.metric_sums = trainer.update_step(
+            loop.states, batch, loop.keys, loop.metric_sums)
+        return trainer.next_actions(loop.states, loop.obs, loop.keys)
 
     def pipelined():
         actions = None

@@ -67,10 +67,10 @@ def env_steps_per_second(name: str, steps: int) -> float:
 def end_to_end(utd: int, steps: int, rounds: int, chunks: int = 10):
     """Per round: seconds of `steps` training iterations of a real run (one evaluation among
     them, of one episode per 1,000 steps), and of the same work measured apart: env stepping
-    alone, the jitted update+act call alone, and the evaluation alone. Each round runs its
-    iterations in `chunks` pieces, each followed by as many update calls and env steps alone,
-    so that the machine's speed, which drifts by several percent over seconds here, reaches the
-    loop and its parts alike. A first stretch of `steps` iterations (random phase,
+    alone, the jitted update and next-actions calls alone, and the evaluation alone. Each round
+    runs its iterations in `chunks` pieces, each followed by as many update calls and env steps
+    alone, so that the machine's speed, which drifts by several percent over seconds here,
+    reaches the loop and its parts alike. A first stretch of `steps` iterations (random phase,
     compilation, first evaluation) is not timed. Returns the rounds and the seconds of one
     diagnostics pass, which the timed iterations leave out (see the module notes)."""
     results = []

@@ -1,10 +1,12 @@
 """The training loop both agents share.
 
 Host side: N seeded dm_control envs stepped in lockstep, the replay buffer, evaluation,
-the intervention schedule, logging. Device side: one jitted call per env step that runs the
-whole UTD update for every seed (`vmap` over seeds of the agent's `lax.scan` update) and then
-picks the next actions, so each env step does one host->device transfer (the minibatches and
-observations) and one device->host transfer (the actions).
+the intervention schedule, logging. Device side, per env step: one jitted call that runs the
+whole UTD update for every seed (`vmap` over seeds of the agent's `lax.scan` update), taking
+every seed's minibatches in one host->device transfer, and one that picks the next actions,
+whose result is the one device->host transfer. The update is dispatched before the env step
+whenever its minibatches do not need that step's transition, and computes while the envs step
+(`Trainer.step_and_update`).
 """
 
 import dataclasses
@@ -185,29 +187,28 @@ def to_batch(sample: dict[str, np.ndarray]) -> Batch:
 
 
 def make_step_fns(agent: Agent):
-    """Jitted, seed-vmapped functions of the loop: the training step (update, then the next
-    actions), the next actions alone (after an intervention) and the evaluation actions.
+    """Jitted, seed-vmapped functions of the loop: the update (the UTD gradient steps of every
+    seed, summing their metrics), the next actions and the evaluation actions.
 
     The next env step's actions are drawn with a key derived from the loop's keys, which the
-    training step advances before drawing them and `next_actions` leaves as they are: drawn
-    again after an intervention, they use the same randomness, so an intervention that changes
-    no weight (a clip with nothing outside [1/c, c]) changes nothing in the run."""
+    update advances and `next_actions` leaves as they are: drawn again after an intervention,
+    they use the same randomness, so an intervention that changes no weight (a clip with
+    nothing outside [1/c, c]) changes nothing in the run."""
 
     def next_actions(states, obs, keys):
         act_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
         return jax.vmap(agent.act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
 
-    def train_step(states, batches, obs, keys, metric_sums):
+    def update_step(states, batches, keys, metric_sums):
         states, metrics = jax.vmap(agent.update)(states, batches)
         keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-        actions = next_actions(states, obs, keys)
         metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
-        return states, actions, keys, metric_sums
+        return states, keys, metric_sums
 
     def eval_act(states, obs):
         return jax.vmap(agent.act, in_axes=(0, 0, None, None))(states, obs, None, True)
 
-    return (jax.jit(train_step, donate_argnums=(0, 4)), jax.jit(next_actions),
+    return (jax.jit(update_step, donate_argnums=(0, 3)), jax.jit(next_actions),
             jax.jit(eval_act))
 
 
@@ -326,7 +327,9 @@ class Trainer:
         self.random_actions = np.random.default_rng([cfg.seed, 1])
         self.init_fn, self.init_keys = seed_init(agent, seeds, self.obs_dim, self.act_dim)
         check_state_fits(self.init_fn, self.init_keys)
-        self.train_step, self.next_actions, self.eval_act = make_step_fns(agent)
+        self.update_step, self.next_actions, self.eval_act = make_step_fns(agent)
+        self.update_during_env_step = True  # False: always after it (tests compare the two)
+        self.prefetched = None  # the next step's minibatches, drawn ahead (`prefetch`)
         self.intervention: Intervention = build_intervention(
             agent, cfg, self.init_fn, self.init_keys
         )
@@ -388,18 +391,64 @@ class Trainer:
         loop.env_step += 1
         return bool(ended.all())
 
-    def learn(self, loop: Loop) -> None:
-        """The UTD update for every seed, then the actions for the next env step."""
+    def step_and_update(self, loop: Loop) -> bool:
+        """One env step (as `env_step`), then, once past the random phase, the UTD update of
+        every seed on minibatches drawn from the buffer that holds the step's transition, and
+        the next actions from the updated agent.
+
+        The minibatches' slots are drawn before the env step, for the buffer as the step's
+        insert leaves it (`ReplayBuffer.draw`). Where none of them is the slot that insert
+        writes (all but a few steps, once the buffer holds many more transitions than a
+        step's minibatches draw), the rows are the same gathered before the insert as after
+        it, so the update is dispatched first and computes while the envs step. The next
+        step's minibatches are then drawn and gathered while it computes (`prefetch`). The
+        update is the same either way: this only moves the env step's and the sample's time
+        into the update's (wholly on a GPU; on a CPU, whose cores the update keeps busy, in
+        part)."""
         cfg = self.cfg
-        if loop.env_step < cfg.start_steps:
+        if loop.env_step + 1 < cfg.start_steps:  # the next step's actions are random too
+            ended = self.env_step(loop)
             loop.actions = self._random_actions()
-            return
-        batches = to_batch(self.buffer.sample(cfg.batch_size, cfg.utd))
-        loop.states, actions, loop.keys, loop.metric_sums = self.train_step(
-            loop.states, batches, loop.obs, loop.keys, loop.metric_sums
-        )
+            return ended
+        slots, batches = self.next_minibatches()
+        early = self.update_during_env_step and batches is not None
+        if early:
+            self.update(loop, batches)
+        ended = self.env_step(loop)
+        if not early:
+            self.update(loop, to_batch(self.buffer.gather(slots)))
+        self.prefetch()
+        self.take_actions(loop, self.next_actions(loop.states, loop.obs, loop.keys))
+        return ended
+
+    def prefetch(self) -> None:
+        """Draw the next step's minibatch slots and gather them (where none is the slot its
+        insert writes), with a copy of the buffer's generator. The buffer's own takes that
+        copy's state only when the next step uses them (`next_minibatches`): a checkpoint in
+        between holds the generator as it was before the draw, so a run resumed from it draws
+        the same slots."""
+        rng = self.buffer.generator_copy()
+        slots = self.buffer.draw(self.cfg.batch_size, self.cfg.utd, rng=rng, ahead=True)
+        written = (slots == self.buffer.next_slot).any()
+        batches = None if written else to_batch(self.buffer.gather(slots))
+        self.prefetched = (self.buffer.changes, rng, slots, batches)
+
+    def next_minibatches(self) -> tuple[np.ndarray, Batch | None]:
+        """This step's minibatch slots, drawn for the buffer as its insert leaves it, and the
+        minibatches gathered before that insert (None where a slot is the one it writes): the
+        prefetched ones, unless the buffer has changed since (or nothing was prefetched)."""
+        if self.prefetched is None or self.prefetched[0] != self.buffer.changes:
+            self.prefetch()
+        _, rng, slots, batches = self.prefetched
+        self.prefetched = None
+        self.buffer.adopt_generator(rng)
+        return slots, batches
+
+    def update(self, loop: Loop, batches: Batch) -> None:
+        """Dispatch the UTD update of every seed on `batches`."""
+        loop.states, loop.keys, loop.metric_sums = self.update_step(
+            loop.states, batches, loop.keys, loop.metric_sums)
         loop.metric_count += 1
-        self.take_actions(loop, actions)
 
     def take_actions(self, loop: Loop, actions: jax.Array) -> None:
         """The agent's actions for the next env step, copied to the host; NaN or inf ones
@@ -541,6 +590,7 @@ class Trainer:
     def start(self) -> Loop:
         """A fresh loop, or the one resumed from the newest good checkpoint."""
         has_checkpoint = bool(self.checkpointer.steps())
+        self.prefetched = None
         self.files = RunFiles(self.cfg.run_dir, self.cfg.seeds, fresh=not has_checkpoint)
         loop = self.fresh_loop()
         record = self.record
@@ -587,8 +637,7 @@ class Trainer:
     def iteration(self, loop: Loop, started: float) -> np.ndarray | None:
         """One env step and everything due after it; the eval returns when it evaluated."""
         cfg = self.cfg
-        ended = self.env_step(loop)
-        self.learn(loop)
+        ended = self.step_and_update(loop)
         loop.wall_time = time.time() - started
         returns = None
         if loop.env_step % cfg.log_every == 0 or loop.env_step == cfg.max_steps:

@@ -269,6 +269,58 @@ def test_episodes_ending_for_some_seeds_only_stop_the_run_naming_them(monkeypatc
         trainer.run()
 
 
+def test_an_update_dispatched_before_its_env_step_trains_as_one_after_it(tmp_path):
+    """The loop dispatches a step's update before the env step when its minibatches (drawn and
+    gathered during the update before) leave out the slot that step's transition goes to, and
+    after it otherwise. Through a small buffer's wrap-arounds and episode ends, with both kinds
+    of step, it trains exactly as when every update comes after its env step: the same agents,
+    buffer and actions, bit for bit; also where env steps without an update (as before an
+    intervention's) come between, changing the buffer that the next minibatches were drawn
+    ahead for."""
+    agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    runs = {}
+    for during in (True, False):
+        cfg = TrainConfig(env="cartpole-swingup", num_seeds=2, max_steps=1000, start_steps=20,
+                          batch_size=8, utd=2, buffer_capacity=60, action_repeat=8,
+                          eval_every=1000, diagnostics=False, progress=False,
+                          logdir=str(tmp_path / str(during)))
+        trainer = train.Trainer(agent, cfg)
+        trainer.update_during_env_step = during
+        loop, events = trainer.start(), []
+
+        def record(fn, name, events=events):
+            return lambda *args, **kwargs: (events.append(name), fn(*args, **kwargs))[1]
+
+        trainer.update_step = record(trainer.update_step, "update")
+        trainer.env.step = record(trainer.env.step, "env")
+        actions, orders = [], []
+        while loop.env_step < 300:
+            events.clear()
+            if loop.env_step % 50 == 25:
+                trainer.env_step(loop)
+            trainer.iteration(loop, 0.0)
+            actions.append(loop.actions)
+            orders.append(tuple(events))
+        runs[during] = (loop, trainer.buffer.state_dict(), actions, orders)
+    (overlapped, buffer, actions, orders), (serial, serial_buffer, serial_actions, in_turn) = (
+        runs[True], runs[False])
+    assert set(orders[:19]) == set(in_turn[:19]) == {("env",)}  # the random phase
+    assert set(orders[19:]) - {("env", "update", "env"), ("env", "env", "update")} == {
+        ("update", "env"), ("env", "update")}
+    assert set(in_turn[19:]) - {("env", "env", "update")} == {("env", "update")}
+
+    def leaves(tree):
+        return [jax.random.key_data(x) if jax.dtypes.issubdtype(getattr(x, "dtype", None),
+                                                                jax.dtypes.prng_key)
+                else x for x in jax.tree.leaves(tree)]
+
+    for got, expected in [(overlapped.states, serial.states), (buffer, serial_buffer),
+                          (actions, serial_actions), (overlapped.keys, serial.keys),
+                          (overlapped.metric_sums, serial.metric_sums)]:
+        for a, b in zip(leaves(got), leaves(expected), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("start_steps", [0, 20])
 def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, start_steps):
     """As in Nikishin et al.'s loop, the action after a reset is the reset agent's (it is
@@ -287,7 +339,7 @@ def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, st
     while loop.env_step < 29:
         trainer.iteration(loop, started)
     trained = loop.states
-    trainer.learn = lambda loop: None  # step 30's env step only: intervene_if_due follows
+    trainer.step_and_update = trainer.env_step  # step 30's env step only: the intervention follows
     keys = loop.keys
     trainer.iteration(loop, started)
     assert loop.keys is keys
