@@ -16,10 +16,10 @@ call costs depends on how it is made. Per call, in milliseconds, for each case
 - the replay sample (host), from a buffer holding a few hundred transitions (capacity 20,000);
 - one env step of every seed with uniform random actions, with the replay insert (host).
 Two rounds of the three call rows, then one of the rest. Where a step's update is dispatched
-before its env step (`Trainer.step_and_update`: nearly always, once the buffer is large), the
-loop's own step is about the sample plus the longer of the waited host-batch call and the env
-step (plus evaluation, which this leaves out); `benchmarks/loop_breakdown.py` times the loop
-itself, part by part.
+before its env step (`Trainer.step_and_update`: nearly always, once the buffer is large), and
+the next step's sample is drawn while it computes, the loop's own step is about the longer of
+the waited host-batch call and the env step plus the sample (plus evaluation, which this
+leaves out); `benchmarks/loop_breakdown.py` times the loop itself, part by part.
 """
 
 import dataclasses
