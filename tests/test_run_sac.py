@@ -274,9 +274,9 @@ def test_an_update_dispatched_before_its_env_step_trains_as_one_after_it(tmp_pat
     gathered during the update before) leave out the slot that step's transition goes to, and
     after it otherwise. Through a small buffer's wrap-arounds and episode ends, with both kinds
     of step, it trains exactly as when every update comes after its env step: the same agents,
-    buffer and actions, bit for bit; also where env steps without an update (as before an
-    intervention's) come between, changing the buffer that the next minibatches were drawn
-    ahead for."""
+    buffer and actions, bit for bit; also where an env step without an update (which only a
+    caller outside the loop makes) comes between, changing the buffer that the next
+    minibatches were drawn ahead for."""
     agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
     runs = {}
     for during in (True, False):
