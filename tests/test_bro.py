@@ -18,6 +18,7 @@ from interventions import replace_parts
 from networks import tanh_gaussian_log_prob
 from tests import batches
 from tests.runs import REPO, read_csv, run
+from tests.trees import numeric_leaves
 
 OBS, ACT = 5, 3
 SMALL = dataclasses.replace(
@@ -37,12 +38,6 @@ def init():
 @pytest.fixture(scope="module")
 def update():
     return jax.jit(functools.partial(bro.update, config=SMALL))
-
-
-def numeric_leaves(tree):
-    """Leaves as numpy arrays, PRNG keys as their raw key data."""
-    is_key = lambda x: jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-    return [np.asarray(jax.random.key_data(x) if is_key(x) else x) for x in jax.tree.leaves(tree)]
 
 
 def value(scalar):

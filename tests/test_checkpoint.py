@@ -16,6 +16,7 @@ from launch.checkpoint import (
     interrupts_deferred,
 )
 from launch.run_files import CannotResume
+from tests.trees import assert_bit_identical
 
 
 def device_tree(value: float):
@@ -26,15 +27,6 @@ def device_tree(value: float):
 def host_arrays(value: float):
     return {"buffer/observations": np.full((2, 100, 5), value, np.float32),
             "buffer/terminated": np.zeros((2, 100), bool), "obs": np.full((2, 5), value)}
-
-
-def assert_same(a, b):
-    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert len(leaves_a) == len(leaves_b)
-    for x, y in zip(leaves_a, leaves_b, strict=True):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def raising(error: BaseException):
@@ -58,7 +50,7 @@ def test_round_trip_and_keep_last_two(saved):
     assert saved.steps() == [2, 3]
     device, host, meta = saved.restore_latest(device_tree(0.0))
     assert meta == {"env_step": 3}
-    assert_same(device, device_tree(3))
+    assert_bit_identical(device, device_tree(3))
     assert set(host) == set(host_arrays(3))
     for name, array in host_arrays(3).items():
         np.testing.assert_array_equal(host[name], array)
@@ -112,7 +104,7 @@ def test_corrupt_host_file_falls_back_to_previous(saved, damage, capsys):
             f.write(bytes([byte[0] ^ 0xFF]))
     device, host, meta = saved.restore_latest(device_tree(0.0))
     assert meta["env_step"] == 2
-    assert_same(device, device_tree(2))
+    assert_bit_identical(device, device_tree(2))
     err = capsys.readouterr().err
     assert "checkpoint at env step 3" in err and "cannot be restored" in err
     assert saved.steps() == [2]

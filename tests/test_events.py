@@ -13,14 +13,9 @@ from agents.sac import SACConfig
 from interventions import DEFAULT_NS_STEPS, ns_clip_matrices
 from launch.config import TrainConfig
 from launch.events import build_intervention
+from tests.trees import assert_bit_identical
 
 OBS, ACT = 4, 2
-
-
-def leaves(tree):
-    as_data = lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(
-        x.dtype, jax.dtypes.prng_key) else x
-    return [np.asarray(as_data(x)) for x in jax.tree.leaves(tree)]
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +42,8 @@ def test_initial_reset_restores_the_first_state_bit_for_bit(setup):
     agent, init_fn, keys, first, trained = setup
     new, rows = event(agent, init_fn, keys, "initial").apply(trained, 100)
     for part in ("actor", "critic", "target_critic_params", "temp"):
-        for a, b in zip(leaves(getattr(new, part)), leaves(getattr(first, part)), strict=True):
-            np.testing.assert_array_equal(a, b)
-    for a, b in zip(leaves(new.rng), leaves(trained.rng), strict=True):
-        np.testing.assert_array_equal(a, b)  # not a reset part: untouched
+        assert_bit_identical(getattr(new, part), getattr(first, part))
+    assert_bit_identical(new.rng, trained.rng)  # not a reset part: untouched
     assert {r[2] for r in rows} == {"reset"} and {r[1] for r in rows} == {0, 1}
 
 
@@ -96,8 +89,6 @@ def test_a_clip_keeps_or_resets_the_optimizer_state_of_the_networks_it_clips(set
     assert not np.allclose(kernel(new), kernel(trained)), "clipped either way"
     for part in ("actor", "critic"):
         expected = getattr(trained if opt_state == "keep" else first, part).opt_state
-        for a, b in zip(leaves(getattr(new, part).opt_state), leaves(expected), strict=True):
-            np.testing.assert_array_equal(a, b)
-    for a, b in zip(leaves(new.temp), leaves(trained.temp), strict=True):
-        np.testing.assert_array_equal(a, b)
+        assert_bit_identical(getattr(new, part).opt_state, expected)
+    assert_bit_identical(new.temp, trained.temp)
     assert int(new.actor.step[0]) == 3, "the TrainState's own step counts on"

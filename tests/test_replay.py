@@ -10,7 +10,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -126,13 +126,21 @@ def test_samples_exactly_the_valid_window_uniformly():
         assert stats.chisquare(counts).pvalue > 1e-4
 
 
+# 1 to 3 seeds, each cycling through 1 to 5 episodes of (length, ends terminated).
+EPISODES = st.lists(
+    st.lists(st.tuples(st.integers(1, 8), st.booleans()), min_size=1, max_size=5),
+    min_size=1,
+    max_size=3,
+)
+
+
+def episodes_env(episodes: list[list[tuple[int, bool]]]) -> CountingEnv:
+    return CountingEnv([[n for n, _ in e] for e in episodes], [[d for _, d in e] for e in episodes])
+
+
 @settings(max_examples=60, deadline=None)
 @given(
-    episodes=st.lists(
-        st.lists(st.tuples(st.integers(1, 8), st.booleans()), min_size=1, max_size=5),
-        min_size=1,
-        max_size=3,
-    ),
+    episodes=EPISODES,
     capacity=st.integers(1, 12),
     steps=st.integers(1, 45),
     hint=st.integers(1, 20),
@@ -140,7 +148,7 @@ def test_samples_exactly_the_valid_window_uniformly():
 def test_next_obs_never_crosses_an_episode_end_or_the_write_pointer(
     episodes, capacity, steps, hint
 ):
-    env = CountingEnv([[n for n, _ in e] for e in episodes], [[d for _, d in e] for e in episodes])
+    env = episodes_env(episodes)
     buffer = ReplayBuffer(len(episodes), capacity, OBS_DIM, ACT_DIM, episode_length_hint=hint)
     fill(buffer, env, steps)
     assert len(buffer) == min(steps, capacity)
@@ -149,20 +157,14 @@ def test_next_obs_never_crosses_an_episode_end_or_the_write_pointer(
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    episodes=st.lists(
-        st.lists(st.tuples(st.integers(1, 6), st.booleans()), min_size=1, max_size=4),
-        min_size=1,
-        max_size=3,
-    ),
-    capacity=st.integers(1, 10),
-    steps=st.integers(0, 30),
-)
+@given(episodes=EPISODES, capacity=st.integers(1, 12), steps=st.integers(0, 45))
+@example(episodes=[[(4, True), (3, False)]], capacity=12, steps=9)  # not yet full
+@example(episodes=[[(4, True)], [(5, False)]], capacity=6, steps=20)  # wrapped
 def test_slots_drawn_ahead_gather_before_the_insert_as_after_it(episodes, capacity, steps):
     """What the loop relies on to update during an env step: slots drawn for the buffer as the
     next insert leaves it are the ones a draw after that insert gives, and every one of them but
     `next_slot`, where that insert goes, gathers the same transition before the insert."""
-    env = CountingEnv([[n for n, _ in e] for e in episodes], [[d for _, d in e] for e in episodes])
+    env = episodes_env(episodes)
     buffer = ReplayBuffer(len(episodes), capacity, OBS_DIM, ACT_DIM, episode_length_hint=3)
     fill(buffer, env, steps)
     slots = buffer.draw(64, utd=2, rng=np.random.default_rng(steps), ahead=True)

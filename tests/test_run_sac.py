@@ -17,6 +17,7 @@ from envs import make_vector_env
 from launch import train
 from launch.config import TrainConfig
 from tests.runs import FAST_SAC, REPO, read_csv, run
+from tests.trees import assert_bit_identical
 
 EXPECTED_FILES = {"config.json", "eval.csv", "train.csv", "diagnostics.csv", "interventions.csv",
                   "0.txt", "1.txt", "done.json", "checkpoints", ".lock"}
@@ -309,16 +310,10 @@ def test_an_update_dispatched_before_its_env_step_trains_as_one_after_it(tmp_pat
         ("update", "env"), ("env", "update")}
     assert set(in_turn[19:]) - {("env", "env", "update")} == {("env", "update")}
 
-    def leaves(tree):
-        return [jax.random.key_data(x) if jax.dtypes.issubdtype(getattr(x, "dtype", None),
-                                                                jax.dtypes.prng_key)
-                else x for x in jax.tree.leaves(tree)]
-
     for got, expected in [(overlapped.states, serial.states), (buffer, serial_buffer),
                           (actions, serial_actions), (overlapped.keys, serial.keys),
                           (overlapped.metric_sums, serial.metric_sums)]:
-        for a, b in zip(leaves(got), leaves(expected), strict=True):
-            np.testing.assert_array_equal(a, b)
+        assert_bit_identical(got, expected)
 
 
 @pytest.mark.parametrize("start_steps", [0, 20])
