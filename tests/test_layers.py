@@ -142,12 +142,14 @@ def test_batch_gradients_are_not_xla_reductions():
         assert " reduce(" not in hlo, hlo
 
 
+@pytest.mark.parametrize("units", [48, 80])  # fewer outputs than inputs, more
 @pytest.mark.parametrize("x_shape", [(4, 64), (2, 3, 64), (300, 64), (0, 64)])
-def test_matmul_gradients_match_autodiff(x_shape):
-    """Fewer rows than units takes the transposed input gradient on a CPU; more, the direct one.
-    Both equal autodiff of `x @ kernel`, also vmapped over an ensemble axis as the critics are."""
+def test_matmul_gradients_match_autodiff(x_shape, units):
+    """Fewer rows than units takes the transposed input gradient on a CPU, more the kernel
+    transposed first; fewer outputs than inputs the transposed kernel gradient. Each equals
+    autodiff of `x @ kernel`, also vmapped over an ensemble axis as the critics are."""
     x = jax.random.normal(jax.random.key(0), (2, *x_shape))
-    kernel = jax.random.normal(jax.random.key(1), (2, 64, 48))
+    kernel = jax.random.normal(jax.random.key(1), (2, 64, units))
 
     def grads(product):
         loss = lambda x, k: jnp.sum(jnp.sin(product(x, k)))  # noqa: E731
@@ -177,6 +179,20 @@ def test_input_gradient_form_on_cpu():
         grad = jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(matmul(x, kernel)))))
         found = _products(grad.lower(x).compile().as_text())
         assert expected in found and (f"f32[{rows},64]", "1") not in found, found
+
+
+def test_kernel_gradient_form_on_cpu():
+    """The compiled kernel gradient of a layer with fewer outputs than inputs: `g.T @ x`, shaped
+    (out, in), transposed after; of any other layer `x.T @ g`, shaped (in, out)."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the transposed kernel gradient is only used on a CPU")
+    x = jnp.ones((128, 16))
+    for units, expected, other in ((8, "f32[8,16]", "f32[16,8]"), (64, "f32[16,64]",
+                                                                      "f32[64,16]")):
+        kernel = jnp.ones((16, units))
+        grad = jax.jit(jax.grad(lambda k: jnp.sum(jnp.sin(matmul(x, k)))))
+        shapes = [shape for shape, _ in _products(grad.lower(kernel).compile().as_text())]
+        assert expected in shapes and other not in shapes, shapes
 
 
 def test_layer_norm_gradient_matches_flax_on_a_constant_row():
@@ -212,4 +228,5 @@ def test_other_backends_get_flax_gradients(rows):
     assert ours["slice"] == 0
     on_cpu = _gradient_ops(Block(True), x, "cpu")
     assert on_cpu["slice"] > 0 and on_cpu["reduce"] < theirs["reduce"]
-    assert on_cpu["optimization_barrier"] == 1, on_cpu  # Dense_1's input gradient, either form
+    # Dense_1's input gradient (either form) and its kernel gradient (3 outputs from 32 inputs)
+    assert on_cpu["optimization_barrier"] == 2, on_cpu
