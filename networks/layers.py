@@ -20,9 +20,8 @@ Four changes to the backward pass, each measured on 2 cores:
   per call: 0.45 ms against 0.79-0.81 ms for BRO's two 128 x 512 x 512 products, 1.5 ms
   against 4.1 ms at width 1024; 0.67-0.72 ms against 0.88-1.07 ms for SAC's critics' hidden
   layer with 4 seeds (8 members), 0.16-0.17 ms against 0.18-0.20 ms for its actor's with 1
-  seed. Inside SAC's UTD-8 update the kernel transposed first made the update 3.1 % faster
-  with 4 seeds and with 1 (medians of 24 and 20 interleaved rounds; they were the direct
-  product before).
+  seed. Inside SAC's UTD-8 update, the kernel transposed first made the update 3.1 % faster
+  than the direct product with 4 seeds and with 1 (medians of 24 and 20 interleaved rounds).
 - A layer with fewer output units than input units (SAC's and BRO's critics' 1-wide outputs,
   the policies' mean and log-std heads) computes its kernel gradient `x.T @ g` as
   `(g.T @ x).T`, whose product XLA:CPU runs with the narrow side as its rows. SAC's UTD-8
