@@ -19,22 +19,15 @@ it, the gains differ (see the module notes of networks/layers.py).
 import jax
 from bench_utils import best_time, xla_flags
 
-from networks.layers import _contract_last, _input_grad
+from networks.layers import (
+    _contract_last,
+    _input_grad,
+    _input_grad_kernel_first,
+    _input_grad_transposed,
+)
 
-
-def kernel_first(g: jax.Array, kernel: jax.Array) -> jax.Array:
-    """`g @ kernel.T` with the kernel transposed (copied) before a plain product."""
-    kernel_t = jax.lax.optimization_barrier(kernel.T)
-    return jax.lax.dot_general(g, kernel_t, (((g.ndim - 1,), (0,)), ((), ())))
-
-
-def product_first(g: jax.Array, kernel: jax.Array) -> jax.Array:
-    """`g @ kernel.T` as `(kernel @ g.T).T`."""
-    return jax.lax.optimization_barrier(_contract_last(kernel, g)).T
-
-
-FORMS = {"direct": _contract_last, "kernel^T first": kernel_first,
-         "(kernel @ g.T).T": product_first, "layers": _input_grad}
+FORMS = {"direct": _contract_last, "kernel^T first": _input_grad_kernel_first,
+         "(kernel @ g.T).T": _input_grad_transposed, "layers": _input_grad}
 # (members, rows, in units, out units)
 SHAPES = ((2, 256, 256, 256), (8, 256, 256, 256), (1, 256, 256, 256), (4, 256, 256, 256),
           (2, 128, 512, 512), (1, 128, 256, 256), (2, 128, 1024, 1024))

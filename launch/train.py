@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +54,15 @@ class Loop:
     metric_count: int
     wall_time: float
     env_rng: dict  # train env RNG states before the last reset (so resume replays the reset)
+
+
+class Prefetched(NamedTuple):
+    """A step's minibatches, drawn ahead (`Trainer.prefetch`)."""
+
+    changes: int  # the buffer's `changes` when they were drawn: stale once it moves
+    rng: np.random.Generator  # the copy of the buffer's generator they were drawn with
+    slots: np.ndarray  # (seeds, utd, batch)
+    batches: Batch | None  # gathered, or None where a slot is the one the next insert writes
 
 
 class Diverged(RuntimeError):
@@ -329,7 +338,7 @@ class Trainer:
         check_state_fits(self.init_fn, self.init_keys)
         self.update_step, self.next_actions, self.eval_act = make_step_fns(agent)
         self.update_during_env_step = True  # False: always after it (tests compare the two)
-        self.prefetched = None  # the next step's minibatches, drawn ahead (`prefetch`)
+        self.prefetched: Prefetched | None = None
         self.intervention: Intervention = build_intervention(
             agent, cfg, self.init_fn, self.init_keys
         )
@@ -431,18 +440,17 @@ class Trainer:
         slots = self.buffer.draw(self.cfg.batch_size, self.cfg.utd, rng=rng, ahead=True)
         written = (slots == self.buffer.next_slot).any()
         batches = None if written else to_batch(self.buffer.gather(slots))
-        self.prefetched = (self.buffer.changes, rng, slots, batches)
+        self.prefetched = Prefetched(self.buffer.changes, rng, slots, batches)
 
     def next_minibatches(self) -> tuple[np.ndarray, Batch | None]:
         """This step's minibatch slots, drawn for the buffer as its insert leaves it, and the
         minibatches gathered before that insert (None where a slot is the one it writes): the
         prefetched ones, unless the buffer has changed since (or nothing was prefetched)."""
-        if self.prefetched is None or self.prefetched[0] != self.buffer.changes:
+        if self.prefetched is None or self.prefetched.changes != self.buffer.changes:
             self.prefetch()
-        _, rng, slots, batches = self.prefetched
-        self.prefetched = None
-        self.buffer.adopt_generator(rng)
-        return slots, batches
+        prefetched, self.prefetched = self.prefetched, None
+        self.buffer.adopt_generator(prefetched.rng)
+        return prefetched.slots, prefetched.batches
 
     def update(self, loop: Loop, batches: Batch) -> None:
         """Dispatch the UTD update of every seed on `batches`."""

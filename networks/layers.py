@@ -120,17 +120,28 @@ def _contract_last(a: jax.Array, b: jax.Array) -> jax.Array:
     return jax.lax.dot_general(a, b, (((a.ndim - 1,), (1,)), ((), ())))
 
 
-def _input_grad(g: jax.Array, kernel: jax.Array) -> jax.Array:
-    """`g @ kernel.T`, the gradient of `x @ kernel` with respect to `x`; see the module notes."""
+def _input_grad_kernel_first(g: jax.Array, kernel: jax.Array) -> jax.Array:
+    """`g @ kernel.T` as a plain product with the kernel transposed (copied) first."""
+    # The barrier keeps XLA from folding the transpose into the product's dimensions.
+    kernel_t = jax.lax.optimization_barrier(kernel.T)
+    return jax.lax.dot_general(g, kernel_t, (((g.ndim - 1,), (0,)), ((), ())))
+
+
+def _input_grad_transposed(g: jax.Array, kernel: jax.Array) -> jax.Array:
+    """`g @ kernel.T` as `(kernel @ g.T).T`."""
     rows = math.prod(g.shape[:-1])
-    if rows >= min(kernel.shape):
-        # The barrier keeps XLA from folding the transpose into the product's dimensions.
-        kernel_t = jax.lax.optimization_barrier(kernel.T)
-        return jax.lax.dot_general(g, kernel_t, (((g.ndim - 1,), (0,)), ((), ())))
     grad_t = _contract_last(kernel, g.reshape(rows, g.shape[-1]))  # (in, rows)
     # The barrier keeps XLA from folding the transpose back into the product.
     grad = jax.lax.optimization_barrier(grad_t).T
     return grad.reshape(*g.shape[:-1], kernel.shape[0])
+
+
+def _input_grad(g: jax.Array, kernel: jax.Array) -> jax.Array:
+    """`g @ kernel.T`, the gradient of `x @ kernel` with respect to `x`, in the form that the
+    layer's rows and units call for; see the module notes."""
+    if math.prod(g.shape[:-1]) >= min(kernel.shape):
+        return _input_grad_kernel_first(g, kernel)
+    return _input_grad_transposed(g, kernel)
 
 
 def _plain_matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
