@@ -1,8 +1,9 @@
 """Agents and their registry.
 
 An agent is a module of pure functions over one state pytree (see agents/sac.py). `make_agent`
-binds a config to them and says which parts of the state the interventions act on, so the
-trainer and the interventions never need to know which agent they run.
+binds a config (and the interventions' per-step hooks) to them and says which parts of the
+state the interventions act on, so the trainer and the interventions never need to know which
+agent they run. `AGENTS` is the one list of agents; the run scripts are launch/run_<name>.py.
 """
 
 import functools
@@ -13,7 +14,8 @@ from agents import bro, sac
 
 
 class Agent(NamedTuple):
-    """An agent with its config bound; `deterministic` in `act` is static under jit."""
+    """An agent with its config bound; `deterministic` in `act` is static under jit. It is the
+    `interventions.registry.Learner` the interventions act on."""
 
     name: str
     config: Any
@@ -22,41 +24,55 @@ class Agent(NamedTuple):
     update: Callable  # (state, batches with leaves (utd, batch, ...)) -> (state, metrics)
     features: Callable  # (state, batch) -> {network: {layer: (..., batch, units)}}
     weights: Callable  # state -> {network: params}
-    clip_parts: tuple[str, ...]  # state paths SingularClip acts on by default
+    loss_grads: Callable  # (state, batch, key) -> {params path: gradient of its loss}
+    networks: dict[str, str]  # network name (as in weights and features) -> its params path
+    param_parts: tuple[str, ...]  # every network's parameters, targets included
+    train_parts: tuple[str, ...]  # the parameters gradient steps train
     reset_parts: tuple[str, ...]  # state paths a reset re-initialises
     reset_to: str  # "fresh" (a new key) or "initial" (the run's first weights)
 
 
-def _sac(config: "sac.SACConfig") -> Agent:
+def _bind(module, config, hooks) -> dict:
+    """init and update of an agent module with its config and the interventions' hooks."""
+
+    def init(key, obs_dim, act_dim):
+        state = module.init(key, obs_dim, act_dim, config=config)
+        return state if hooks is None or hooks.init is None else hooks.init(state)
+
+    return {"init": init, "update": functools.partial(module.update, config=config, hooks=hooks),
+            "loss_grads": functools.partial(module.loss_grads, config=config)}
+
+
+def _sac(config: "sac.SACConfig", hooks=None) -> Agent:
+    networks = {"actor": "actor.params", "critic": "critic.params",
+                "target_critic": "target_critic_params"}
     return Agent(
         name="sac",
         config=config,
-        init=functools.partial(sac.init, config=config),
         act=sac.act,
-        update=functools.partial(sac.update, config=config),
         features=sac.features,
         weights=sac.weights,
-        clip_parts=("actor.params", "critic.params", "target_critic_params"),
+        networks=networks,
+        param_parts=tuple(networks.values()),
+        train_parts=("actor.params", "critic.params"),
         reset_parts=("actor", "critic", "target_critic_params", "temp"),
         reset_to="fresh",
+        **_bind(sac, config, hooks),
     )
 
 
-def _bro(config: "bro.BROConfig") -> Agent:
+def _bro(config: "bro.BROConfig", hooks=None) -> Agent:
+    networks = {"actor": "actor.params", "optimistic_actor": "optimistic_actor.params",
+                "critic": "critic.params", "target_critic": "target_critic_params"}
     return Agent(
         name="bro",
         config=config,
-        init=functools.partial(bro.init, config=config),
         act=bro.act,
-        update=functools.partial(bro.update, config=config),
         features=bro.features,
         weights=bro.weights,
-        clip_parts=(
-            "actor.params",
-            "optimistic_actor.params",
-            "critic.params",
-            "target_critic_params",
-        ),
+        networks=networks,
+        param_parts=tuple(networks.values()),
+        train_parts=("actor.params", "optimistic_actor.params", "critic.params"),
         reset_parts=(
             "actor",
             "optimistic_actor",
@@ -67,6 +83,7 @@ def _bro(config: "bro.BROConfig") -> Agent:
             "kl_weight",
         ),
         reset_to="initial",
+        **_bind(bro, config, hooks),
     )
 
 
@@ -76,9 +93,10 @@ AGENTS: dict[str, tuple[type, Callable[[Any], Agent]]] = {
 }
 
 
-def make_agent(name: str, config: Any = None) -> Agent:
-    """The registered agent `name` with `config` (its default config when None)."""
+def make_agent(name: str, config: Any = None, hooks: Any = None) -> Agent:
+    """The registered agent `name` with `config` (its default config when None) and the
+    interventions' per-step `hooks` (interventions.Hooks; None: none)."""
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; known: {', '.join(sorted(AGENTS))}")
     config_cls, build = AGENTS[name]
-    return build(config if config is not None else config_cls())
+    return build(config if config is not None else config_cls(), hooks)

@@ -25,10 +25,13 @@ from agents.common import (
     FLOAT32_LOG_RANGE,
     Batch,
     Temperature,
+    after_step,
     check_ranges,
+    penalized,
     polyak,
     sow_features,
     train_state,
+    with_penalty,
 )
 from networks import BroActor, Ensemble, OptimisticActor, QuantileCritic, tanh_gaussian_sample
 
@@ -141,6 +144,7 @@ class BROState:
     rng: jax.Array
     step: jax.Array
     target_entropy: jax.Array
+    plasticity: dict = dataclasses.field(default_factory=dict)  # per-step interventions' state
 
 
 def networks(config: BROConfig, act_dim: int) -> tuple[nn.Module, nn.Module, nn.Module]:
@@ -269,8 +273,9 @@ def _bound(quantiles: jax.Array, beta: jax.Array | float) -> jax.Array:
     return quantiles.mean(axis=0) + beta * jnp.abs(quantiles[0] - quantiles[1]) / 2.0
 
 
-def update_critic(state: BROState, batch: Batch, key: jax.Array, config: BROConfig):
-    """Quantile TD step: target r + gamma (mean - beta_pess spread - alpha log pi), per quantile."""
+def critic_loss(state: BROState, batch: Batch, key: jax.Array, config: BROConfig):
+    """`params -> (quantile loss, mean quantile)`: target r + gamma (mean - beta_pess spread -
+    alpha log pi), per quantile, fixed."""
     mean, log_std = _conservative(state, state.actor.params, batch.next_observations)
     next_actions, next_log_probs = tanh_gaussian_sample(key, mean, log_std)
     next_quantiles = state.critic.apply_fn(
@@ -288,13 +293,23 @@ def update_critic(state: BROState, batch: Batch, key: jax.Array, config: BROConf
         )
         return losses.sum(), quantiles.mean()
 
-    (loss, q), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.critic.params)
+    return loss_fn
+
+
+def update_critic(state: BROState, batch: Batch, key: jax.Array, config: BROConfig, hooks=None):
+    """Quantile TD step on `critic_loss`."""
+    loss_fn = penalized(critic_loss(state, batch, key, config), hooks, "critic.params",
+                        state.plasticity)
+    (_, (q, loss, penalty)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.critic.params)
     critic = state.critic.apply_gradients(grads=grads)
-    return state.replace(critic=critic), {"critic_loss": loss, "q": q}
+    return state.replace(critic=critic), with_penalty({"critic_loss": loss, "q": q}, "critic",
+                                                      penalty)
 
 
-def update_actor(state: BROState, batch: Batch, key: jax.Array, config: BROConfig):
-    """SAC actor step on the mean over quantiles of mean(q1, q2) - beta_pess |q1 - q2| / 2."""
+def actor_loss(state: BROState, batch: Batch, key: jax.Array, config: BROConfig):
+    """`params -> (SAC actor loss, entropy)` on the mean over quantiles of mean(q1, q2) -
+    beta_pess |q1 - q2| / 2."""
     temperature = _value(state.temp)
 
     def loss_fn(params):
@@ -306,18 +321,27 @@ def update_actor(state: BROState, batch: Batch, key: jax.Array, config: BROConfi
         q = _bound(quantiles, -config.pessimism).mean(axis=-1)
         return (temperature * log_probs - q).mean(), -log_probs.mean()
 
-    (loss, entropy), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.actor.params)
+    return loss_fn
+
+
+def update_actor(state: BROState, batch: Batch, key: jax.Array, config: BROConfig, hooks=None):
+    """SAC actor step on `actor_loss`."""
+    loss_fn = penalized(actor_loss(state, batch, key, config), hooks, "actor.params",
+                        state.plasticity)
+    (_, (entropy, loss, penalty)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.actor.params)
     actor = state.actor.apply_gradients(grads=grads)
-    return state.replace(actor=actor), {"actor_loss": loss, "entropy": entropy}
+    return state.replace(actor=actor), with_penalty({"actor_loss": loss, "entropy": entropy},
+                                                    "actor", penalty)
 
 
-def update_optimistic_actor(state: BROState, batch: Batch, key: jax.Array, config: BROConfig):
-    """Maximise mean(q1, q2) + beta_opt |q1 - q2| / 2 minus lambda_KL KL(pi_o, pi_c).
+def optimistic_loss(state: BROState, batch: Batch, key: jax.Array, config: BROConfig):
+    """`params -> (loss, KL)`: maximise mean(q1, q2) + beta_opt |q1 - q2| / 2 minus lambda_KL
+    KL(pi_o, pi_c).
 
     As in the BRO reference, the KL compares pi_o with its std multiplier undone (std_o /
     std_multiplier = std_c), i.e. it measures the learned mean shift; the fixed std ratio alone
     would add 0.069 nats per action dimension at 0.75, above the 0.05 target.
-    Returns metrics incl. "kl": the KL per action dimension that drives the scalars.
     """
     mean_c, log_std_c = _conservative(state, state.actor.params, batch.observations)
     optimism, kl_weight = _value(state.optimism), _value(state.kl_weight)
@@ -335,13 +359,23 @@ def update_optimistic_actor(state: BROState, batch: Batch, key: jax.Array, confi
         kl = gaussian_kl(mean_o, log_std_o - std_shift, mean_c, log_std_c).mean()
         return -q_upper.mean() + kl_weight * kl, kl
 
-    (loss, kl), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.optimistic_actor.params)
+    return loss_fn
+
+
+def update_optimistic_actor(state: BROState, batch: Batch, key: jax.Array, config: BROConfig,
+                            hooks=None):
+    """A step on `optimistic_loss`; metrics incl. "kl": the KL per action dimension that drives
+    the scalars."""
+    loss_fn = penalized(optimistic_loss(state, batch, key, config), hooks,
+                        "optimistic_actor.params", state.plasticity)
+    (_, (kl, loss, penalty)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.optimistic_actor.params)
     optimistic = state.optimistic_actor.apply_gradients(grads=grads)
     kl_per_dim = kl / batch.actions.shape[-1]
-    return state.replace(optimistic_actor=optimistic), {
+    return state.replace(optimistic_actor=optimistic), with_penalty({
         "optimistic_actor_loss": loss,
         "kl": kl_per_dim,
-    }
+    }, "optimistic_actor", penalty)
 
 
 def _scalar_step(scalar: TrainState, slope: jax.Array) -> tuple[TrainState, jax.Array]:
@@ -361,26 +395,41 @@ def update_scalars(state: BROState, entropy: jax.Array, kl: jax.Array, config: B
     return state, {"temperature": temperature, "optimism": beta, "kl_weight": lam}
 
 
-def update_step(state: BROState, batch: Batch, config: BROConfig):
-    """One gradient step: critic, target, actor, optimistic actor, temperature, scalars."""
+def update_step(state: BROState, batch: Batch, config: BROConfig, hooks=None):
+    """One gradient step: critic, target, actor, optimistic actor, temperature, scalars; then
+    the interventions' per-step hooks (`hooks`: interventions.Hooks, or None)."""
     rng, k_critic, k_actor, k_optimistic = jax.random.split(state.rng, 4)
-    state, critic_info = update_critic(state, batch, k_critic, config)
+    state, critic_info = update_critic(state, batch, k_critic, config, hooks)
     state = state.replace(
         target_critic_params=polyak(state.critic.params, state.target_critic_params, config.tau)
     )
-    state, actor_info = update_actor(state, batch, k_actor, config)
-    state, optimistic_info = update_optimistic_actor(state, batch, k_optimistic, config)
+    state, actor_info = update_actor(state, batch, k_actor, config, hooks)
+    state, optimistic_info = update_optimistic_actor(state, batch, k_optimistic, config, hooks)
     state, scalar_info = update_scalars(
         state, actor_info["entropy"], optimistic_info["kl"], config
     )
     state = state.replace(rng=rng, step=state.step + 1)
-    return state, {**critic_info, **actor_info, **optimistic_info, **scalar_info}
+    return after_step(state, hooks), {**critic_info, **actor_info, **optimistic_info,
+                                      **scalar_info}
 
 
-def update(state: BROState, batches: Batch, config: BROConfig):
+def update(state: BROState, batches: Batch, config: BROConfig, hooks=None):
     """`batches` leaves are `(utd, batch, ...)`; one scan over the utd axis. Metrics are means."""
-    state, infos = jax.lax.scan(functools.partial(update_step, config=config), state, batches)
+    step = functools.partial(update_step, config=config, hooks=hooks)
+    state, infos = jax.lax.scan(step, state, batches)
     return state, jax.tree.map(jnp.mean, infos)
+
+
+def loss_grads(state: BROState, batch: Batch, key: jax.Array, config: BROConfig) -> dict:
+    """Gradients of the critic's, the actor's and the optimistic actor's losses on `batch` (no
+    penalties), keyed by the state path of the parameters they are taken with respect to."""
+    keys = jax.random.split(key, 3)
+    losses = {"critic.params": critic_loss, "actor.params": actor_loss,
+              "optimistic_actor.params": optimistic_loss}
+    params = {"critic.params": state.critic.params, "actor.params": state.actor.params,
+              "optimistic_actor.params": state.optimistic_actor.params}
+    return {path: jax.grad(lambda p, fn=fn, k=k: fn(state, batch, k, config)(p)[0])(params[path])
+            for (path, fn), k in zip(losses.items(), keys, strict=True)}
 
 
 def features(state: BROState, batch: Batch) -> dict[str, dict[str, jax.Array]]:

@@ -19,11 +19,14 @@ from flax.training.train_state import TrainState
 from agents.common import (
     Batch,
     Temperature,
+    after_step,
     check_ranges,
     check_size,
+    penalized,
     polyak,
     sow_features,
     train_state,
+    with_penalty,
 )
 from networks import Critic, Ensemble, TanhGaussianPolicy, tanh_gaussian_sample
 
@@ -67,6 +70,7 @@ class SACState:
     rng: jax.Array
     step: jax.Array
     target_entropy: jax.Array
+    plasticity: dict = dataclasses.field(default_factory=dict)  # per-step interventions' state
 
 
 def networks(config: SACConfig, act_dim: int) -> tuple[nn.Module, nn.Module]:
@@ -114,7 +118,8 @@ def _sample_policy(actor: TrainState, params, obs: jax.Array, key: jax.Array):
     return tanh_gaussian_sample(key, mean, log_std)
 
 
-def update_critic(state: SACState, batch: Batch, key: jax.Array, config: SACConfig):
+def critic_loss(state: SACState, batch: Batch, key: jax.Array, config: SACConfig):
+    """`params -> (TD loss of both critics, mean Q)` on `batch`, the targets fixed."""
     next_actions, next_log_probs = _sample_policy(
         state.actor, state.actor.params, batch.next_observations, key
     )
@@ -130,12 +135,21 @@ def update_critic(state: SACState, batch: Batch, key: jax.Array, config: SACConf
         loss = ((q - target_q) ** 2).mean(axis=1).sum()
         return loss, q.mean()
 
-    (loss, q), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.critic.params)
+    return loss_fn
+
+
+def update_critic(state: SACState, batch: Batch, key: jax.Array, config: SACConfig, hooks=None):
+    loss_fn = penalized(critic_loss(state, batch, key, config), hooks, "critic.params",
+                        state.plasticity)
+    (_, (q, loss, penalty)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.critic.params)
     critic = state.critic.apply_gradients(grads=grads)
-    return state.replace(critic=critic), {"critic_loss": loss, "q": q}
+    return state.replace(critic=critic), with_penalty({"critic_loss": loss, "q": q}, "critic",
+                                                      penalty)
 
 
-def update_actor(state: SACState, batch: Batch, key: jax.Array):
+def actor_loss(state: SACState, batch: Batch, key: jax.Array):
+    """`params -> (actor loss, entropy estimate)` on `batch`, critics and temperature fixed."""
     temperature = state.temp.apply_fn({"params": state.temp.params})
 
     def loss_fn(params):
@@ -145,9 +159,16 @@ def update_actor(state: SACState, batch: Batch, key: jax.Array):
         ).min(axis=0)
         return (temperature * log_probs - q).mean(), -log_probs.mean()
 
-    (loss, entropy), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.actor.params)
+    return loss_fn
+
+
+def update_actor(state: SACState, batch: Batch, key: jax.Array, hooks=None):
+    loss_fn = penalized(actor_loss(state, batch, key), hooks, "actor.params", state.plasticity)
+    (_, (entropy, loss, penalty)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.actor.params)
     actor = state.actor.apply_gradients(grads=grads)
-    return state.replace(actor=actor), {"actor_loss": loss, "entropy": entropy}
+    return state.replace(actor=actor), with_penalty({"actor_loss": loss, "entropy": entropy},
+                                                    "actor", penalty)
 
 
 def update_temperature(state: SACState, entropy: jax.Array):
@@ -161,23 +182,35 @@ def update_temperature(state: SACState, entropy: jax.Array):
     return state.replace(temp=temp), {"temp_loss": loss, "temperature": new_temperature}
 
 
-def update_step(state: SACState, batch: Batch, config: SACConfig):
-    """One gradient step on each of critic, target, actor and temperature."""
+def update_step(state: SACState, batch: Batch, config: SACConfig, hooks=None):
+    """One gradient step on each of critic, target, actor and temperature, then the
+    interventions' per-step hooks (`hooks`: interventions.Hooks, or None)."""
     rng, k_critic, k_actor = jax.random.split(state.rng, 3)
-    state, critic_info = update_critic(state, batch, k_critic, config)
+    state, critic_info = update_critic(state, batch, k_critic, config, hooks)
     state = state.replace(
         target_critic_params=polyak(state.critic.params, state.target_critic_params, config.tau)
     )
-    state, actor_info = update_actor(state, batch, k_actor)
+    state, actor_info = update_actor(state, batch, k_actor, hooks)
     state, temp_info = update_temperature(state, actor_info["entropy"])
     state = state.replace(rng=rng, step=state.step + 1)
-    return state, {**critic_info, **actor_info, **temp_info}
+    return after_step(state, hooks), {**critic_info, **actor_info, **temp_info}
 
 
-def update(state: SACState, batches: Batch, config: SACConfig):
+def update(state: SACState, batches: Batch, config: SACConfig, hooks=None):
     """`batches` leaves are `(utd, batch, ...)`; one scan over the utd axis. Metrics are means."""
-    state, infos = jax.lax.scan(functools.partial(update_step, config=config), state, batches)
+    step = functools.partial(update_step, config=config, hooks=hooks)
+    state, infos = jax.lax.scan(step, state, batches)
     return state, jax.tree.map(jnp.mean, infos)
+
+
+def loss_grads(state: SACState, batch: Batch, key: jax.Array, config: SACConfig) -> dict:
+    """Gradients of the critic's and the actor's losses on `batch` (no penalties), keyed by
+    the state path of the parameters they are taken with respect to."""
+    k_critic, k_actor = jax.random.split(key)
+    critic = jax.grad(lambda p: critic_loss(state, batch, k_critic, config)(p)[0])
+    actor = jax.grad(lambda p: actor_loss(state, batch, k_actor)(p)[0])
+    return {"critic.params": critic(state.critic.params),
+            "actor.params": actor(state.actor.params)}
 
 
 def features(state: SACState, batch: Batch) -> dict[str, dict[str, jax.Array]]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import Run
+from interventions import registry
 from launch.run_files import flat_settings
 
 POOLING_KEYS = ("agent", "intervention", "utd")
@@ -74,17 +75,19 @@ def _value_order(text: str) -> tuple:
 
 
 def _inert(config: dict) -> set[str]:
-    """Settings the run's intervention does not read (launch/events.py): SingularClip's unless
-    it clips, the schedule when there is no intervention, intervention_every when
+    """Settings the run's interventions do not read: those of every registered method it does
+    not use, the schedule when it has no scheduled event, intervention_every and its unit when
     intervention_steps gives the steps."""
-    intervention = config.get("intervention")
-    inert = set()
-    if intervention in ("none", "reset"):
-        inert |= {key for key in config if key.startswith("clip_")}
-    if intervention == "none":
-        inert |= {"intervention_every", "intervention_steps"}
+    try:
+        chosen = registry.parse(str(config.get("intervention", registry.NONE)))
+    except ValueError:  # a method this installation does not know: its settings all count
+        return set()
+    inert = {flag for flag, (method, _, _) in registry.all_settings().items()
+             if method not in chosen}
+    if not any(method.kind == "event" for method in chosen):
+        inert |= {"intervention_every", "intervention_unit", "intervention_steps"}
     elif config.get("intervention_steps"):
-        inert.add("intervention_every")
+        inert |= {"intervention_every", "intervention_unit"}
     return inert
 
 

@@ -1,7 +1,10 @@
-"""Interventions on parameter pytrees (SingularClip, resets), their schedules, and diagnostics.
+"""Interventions on parameter pytrees, their registry and schedules, and diagnostics.
 
-Everything here is a pure function of pytrees and knows nothing about SAC or BRO:
+Everything here is a pure function of pytrees and knows nothing about SAC, BRO or the continual
+learner:
 
+    registry: Method, register, methods, parse    the plasticity methods, one entry each
+    make_plan(spec, settings, learner)             a run's per-step hooks and scheduled event
     singular_clip(params, c, sides=, method=, ns_steps=)   clip every weight matrix's spectrum
     get_part / map_parts / replace_parts(state, ...)       address agent-state parts by dot-path
     fresh_reset / initial_reset                            SAC-style and BRO-style resets
@@ -18,7 +21,26 @@ from interventions.diagnostics import (
 )
 from interventions.matrices import map_weight_matrices, weight_matrices
 from interventions.newton_schulz import DEFAULT_NS_STEPS, msign, ns_clip_matrices
-from interventions.parts import check_paths, get_part, map_parts, part_paths, replace_parts
+from interventions.parts import (
+    check_paths,
+    get_part,
+    map_parts,
+    optimizer_owners,
+    part_paths,
+    replace_parts,
+    set_part,
+)
+from interventions.plan import NO_HOOKS, Bound, Hooks, Plan, check_parts, make_plan
+from interventions.registry import (
+    EventContext,
+    Method,
+    SettingError,
+    Settings,
+    parse,
+    register,
+    registered,
+    setting,
+)
 from interventions.reset import fresh_reset, initial_reset
 from interventions.schedule import (
     BRO_RESET_STEPS,
@@ -29,7 +51,26 @@ from interventions.schedule import (
 )
 from interventions.singular_clip import singular_clip, svd_clip_matrices
 
+# isort: split
+import interventions.catalog  # noqa: F401,E402 (registers the built-in methods)
+
 __all__ = [
+    "NO_HOOKS",
+    "Bound",
+    "EventContext",
+    "Hooks",
+    "Method",
+    "Plan",
+    "SettingError",
+    "Settings",
+    "check_parts",
+    "make_plan",
+    "registered",
+    "optimizer_owners",
+    "parse",
+    "register",
+    "set_part",
+    "setting",
     "BRO_RESET_STEPS",
     "DEFAULT_NS_STEPS",
     "SAC_RESET_EVERY",

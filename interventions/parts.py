@@ -62,6 +62,12 @@ def _set(node: Any, names: list[str], value: Any) -> Any:
     return type(node)({**node, name: _set(node[name], rest, value)})
 
 
+def set_part(state: PyTree, path: str, value: PyTree) -> PyTree:
+    """A copy of `state` with the subtree at a dot-path replaced by `value`."""
+    get_part(state, path)
+    return _set(state, path.split("."), value)
+
+
 def check_paths(state: PyTree, paths: Sequence[str]) -> list[str]:
     """Validate the paths: all exist, none repeats or lies inside another."""
     if isinstance(paths, str):
@@ -103,3 +109,20 @@ def replace_parts(state: PyTree, source: PyTree, paths: Sequence[str]) -> PyTree
             )
         state = _set(state, path.split("."), new)
     return state
+
+
+def optimizer_owners(state: PyTree, paths: Sequence[str]) -> list[str]:
+    """The parts that hold the optimizer of each path's parameters: the nearest part at or
+    above the path with an `opt_state` and its `tx` (a flax TrainState: "actor" for
+    "actor.params"), once each; a path with none (a target network's) gives none."""
+    owners = []
+    for path in paths:
+        names = path.split(".")
+        for n in range(len(names), 0, -1):
+            owner = ".".join(names[:n])
+            node = get_part(state, owner)
+            if hasattr(node, "opt_state") and hasattr(node, "tx"):
+                if owner not in owners:
+                    owners.append(owner)
+                break
+    return owners

@@ -10,17 +10,16 @@ import dataclasses
 import math
 import os
 import sys
+import typing
 from collections.abc import Iterable, Sequence
 
 from absl import flags
 
 from envs.dmc import EPISODE_STEPS
+from interventions import registry
+from interventions.schedule import SCHEDULE_UNITS, make_schedule
 from replay.buffer import MAX_CAPACITY
 
-INTERVENTIONS = ("none", "reset", "clip")
-CLIP_METHODS = ("svd", "newton_schulz")
-CLIP_SIDES = ("both", "upper", "lower")
-CLIP_OPT_STATES = ("keep", "reset")
 RESUME_MODES = ("auto", "never", "must")
 HELP_FLAGS = {"help", "?", "helpshort", "helpfull", "helpxml"}
 # Transitions one update call samples and transfers (seeds x utd x batch): 2**31 of them are
@@ -49,9 +48,20 @@ class ConfigError(ValueError):
     """A setting that cannot work; the message is one line for the user."""
 
 
+def with_method_settings(cls: type) -> type:
+    """`cls` (a frozen dataclass) with one field per setting of every registered intervention,
+    named as its flag (`clip_c`, `nap_parts`, ...) and at the method's default."""
+    fields = [(flag, kind, dataclasses.field(default=field.default))
+              for flag, (_, field, kind) in registry.all_settings().items()]
+    return dataclasses.make_dataclass(cls.__name__, fields, bases=(cls,), frozen=True,
+                                      namespace={"__doc__": cls.__doc__,
+                                                 "__module__": cls.__module__})
+
+
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Everything the training loop needs besides the agent's own hyperparameters."""
+class _TrainConfig:
+    """Everything the training loop needs besides the agent's own hyperparameters; the
+    interventions' settings are fields too (`with_method_settings`)."""
 
     agent: str = "sac"
     env: str = "cheetah-run"
@@ -73,15 +83,10 @@ class TrainConfig:
     diagnostics_batch_size: int = 0  # 0: batch_size
     logdir: str = "runs"
     run_name: str = ""
-    intervention: str = "none"
+    intervention: str = "none"  # registered methods joined by "+" (interventions.registry)
     intervention_every: int = 200_000
+    intervention_unit: str = "env_steps"  # of intervention_every: env_steps or grad_steps
     intervention_steps: tuple[int, ...] = ()
-    clip_c: float = 4.0
-    clip_method: str = "svd"
-    clip_sides: str = "both"
-    clip_parts: tuple[str, ...] = ()
-    clip_opt_state: str = "keep"
-    clip_ns_steps: int = 20  # interventions.DEFAULT_NS_STEPS (this module does not import jax)
     checkpoint_every: int = 50_000
     keep_final_buffer: bool = False
     resume: str = "auto"
@@ -103,6 +108,19 @@ class TrainConfig:
     @property
     def run_dir(self) -> str:
         return os.path.join(self.logdir, self.agent, self.env, self.name)
+
+    @property
+    def method_settings(self) -> dict:
+        """{flag name: value} of every registered intervention's settings."""
+        return {flag: getattr(self, flag) for flag in registry.all_settings()}
+
+    @property
+    def event(self) -> "registry.Method | None":
+        """The scheduled method of `intervention` (reset, clip, ...), or None."""
+        return registry.event_of(self.intervention)
+
+
+TrainConfig = with_method_settings(_TrainConfig)
 
 
 # Each run script's defaults where they differ from TrainConfig's (SPEC.md); sweeps read them
@@ -165,31 +183,30 @@ def validate(cfg: TrainConfig) -> None:
     if "/" in cfg.run_name or os.sep in cfg.run_name or cfg.run_name in (".", ".."):
         raise ConfigError(f"--run_name must be one directory name (no '/', not '.' or '..'), "
                           f"got {cfg.run_name!r}: runs live in <logdir>/<agent>/<env>/<run_name>")
-    _choice("intervention", cfg.intervention, INTERVENTIONS)
-    _choice("clip_method", cfg.clip_method, CLIP_METHODS)
-    _choice("clip_sides", cfg.clip_sides, CLIP_SIDES)
-    _choice("clip_opt_state", cfg.clip_opt_state, CLIP_OPT_STATES)
     _choice("resume", cfg.resume, RESUME_MODES)
-    if not 1 <= cfg.clip_c < math.inf:
-        raise ConfigError(
-            f"--clip_c must be a finite number >= 1 (singular values go into [1/c, c]), got "
-            f"{cfg.clip_c}"
-        )
+    _choice("intervention_unit", cfg.intervention_unit, SCHEDULE_UNITS)
+    chosen = check_interventions(cfg)
+    if cfg.intervention != registry.canonical(cfg.intervention):
+        raise ConfigError(f"--intervention={cfg.intervention} must be spelled "
+                          f"{registry.canonical(cfg.intervention)!r} in a config (methods "
+                          "joined by '+')")
     steps = cfg.intervention_steps
     if any(s <= 0 for s in steps):
         raise ConfigError(f"--intervention_steps must be positive env steps, got {list(steps)}")
     if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
         raise ConfigError(f"--intervention_steps must be strictly increasing, got {list(steps)}")
-    if cfg.intervention == "none" and steps:
+    if cfg.event is None and steps:
         raise ConfigError(
-            f"--intervention_steps={','.join(map(str, steps))} contradicts --intervention=none; "
-            "choose --intervention=reset or clip, or drop the steps"
-        )
-    if cfg.intervention != "clip" and cfg.clip_parts:
-        raise ConfigError(
-            f"--clip_parts={','.join(cfg.clip_parts)} contradicts --intervention="
-            f"{cfg.intervention}; it names what SingularClip acts on (--intervention=clip)"
-        )
+            f"--intervention_steps={','.join(map(str, steps))} contradicts --intervention="
+            f"{cfg.intervention}, which has no event at scheduled steps; choose one of "
+            f"{', '.join(events())}, or drop the steps")
+    for method in registry.registered().values():
+        parts = getattr(cfg, method.flag("parts"))
+        if parts and method not in chosen:
+            raise ConfigError(
+                f"--{method.flag('parts')}={','.join(parts)} contradicts --intervention="
+                f"{cfg.intervention}; it names what {method.name} acts on (--intervention="
+                f"{method.name})")
     if not all(0 <= tau < math.inf for tau in cfg.dormant_taus):
         raise ConfigError(f"--dormant_taus must be finite thresholds >= 0, got "
                           f"{list(cfg.dormant_taus)}")
@@ -209,14 +226,50 @@ def validate(cfg: TrainConfig) -> None:
         )
 
 
+def events() -> list[str]:
+    """The registered methods that act at scheduled steps."""
+    return [name for name, m in registry.registered().items() if m.kind == "event"]
+
+
+def check_interventions(cfg: TrainConfig) -> tuple:
+    """The run's methods, each with a config that can work; ConfigError naming the flag."""
+    try:
+        chosen = registry.parse(cfg.intervention)
+    except ValueError as e:
+        raise ConfigError(f"--intervention={cfg.intervention}: {e}") from None
+    for method in registry.registered().values():
+        try:
+            method.make_config(cfg.method_settings)
+        except registry.SettingError as e:
+            raise ConfigError(f"--{e.field}: {e}") from None
+    return chosen
+
+
+def run_schedule(cfg: TrainConfig):
+    """The schedule of the run's event (interventions.schedule), or None without an event."""
+    if cfg.event is None:
+        return None
+    if cfg.intervention_steps:
+        return make_schedule(steps=cfg.intervention_steps)
+    return make_schedule(cfg.intervention_every, unit=cfg.intervention_unit, utd=cfg.utd,
+                         start_steps=cfg.start_steps)
+
+
+def _every(cfg: TrainConfig) -> str:
+    unit = " gradient steps" if cfg.intervention_unit == "grad_steps" else ""
+    return f"--intervention_every={cfg.intervention_every}{unit}"
+
+
 def schedule_warning(cfg: TrainConfig) -> str | None:
     """A line about scheduled interventions that never happen (at or after the last step, where
     no intervention is made), or None."""
-    if cfg.intervention != "none" and not cfg.intervention_steps \
-            and cfg.intervention_every >= cfg.max_steps:
-        return (f"--intervention={cfg.intervention} never happens: --intervention_every="
-                f"{cfg.intervention_every} is not below --max_steps={cfg.max_steps}, and a run "
-                "intervenes only before its last step")
+    schedule = run_schedule(cfg)
+    if schedule is None:
+        return None
+    if not cfg.intervention_steps and not schedule.steps_upto(cfg.max_steps - 1):
+        return (f"--intervention={cfg.intervention} never happens: {_every(cfg)} comes at or "
+                f"after --max_steps={cfg.max_steps}, and a run intervenes only before its last "
+                "step")
     late = [s for s in cfg.intervention_steps if s >= cfg.max_steps]
     if not late:
         return None
@@ -228,12 +281,10 @@ def schedule_warning(cfg: TrainConfig) -> str | None:
 def early_warning(cfg: TrainConfig) -> str | None:
     """A line when interventions are scheduled before the first update (at --start_steps),
     where they act on networks no gradient step has trained, or None."""
-    if cfg.intervention == "none":
+    schedule = run_schedule(cfg)
+    if schedule is None:
         return None
-    if cfg.intervention_steps:
-        early = [s for s in cfg.intervention_steps if s < cfg.start_steps]
-    else:
-        early = range(cfg.intervention_every, cfg.start_steps, cfg.intervention_every)
+    early = schedule.steps_between(0, cfg.start_steps - 1)
     if not early:
         return None
     shown = ",".join(map(str, early[:5])) + (",..." if len(early) > 5 else "")
@@ -255,10 +306,7 @@ def diagnostics_warning(cfg: TrainConfig) -> str | None:
             "hold the weight spectra alone")
 
 
-# Flags that set SingularClip (only --intervention=clip reads them) and the schedule (which
-# --intervention=none never reads, nor a schedule given as --intervention_steps); --clip_parts
-# and --intervention_steps with --intervention=none are errors.
-CLIP_FLAGS = ("clip_c", "clip_method", "clip_sides", "clip_opt_state", "clip_ns_steps")
+SCHEDULE_FLAGS = ("intervention_every", "intervention_unit")
 
 
 def unused_flags_warning(cfg: TrainConfig, given: Iterable[str]) -> str | None:
@@ -267,19 +315,21 @@ def unused_flags_warning(cfg: TrainConfig, given: Iterable[str]) -> str | None:
     them with every intervention. config.json records them all the same, and a resume compares
     them, as it compares every setting."""
     given = set(given)
+    chosen = {m.name for m in registry.parse(cfg.intervention)}
     clauses = []
-    if cfg.intervention == "none":
-        unused = [name for name in (*CLIP_FLAGS, "intervention_every") if name in given]
+    for method in registry.registered().values():
+        unused = [flag for flag in method.settings() if flag in given]
+        if unused and method.name not in chosen:
+            clauses.append((unused, f"{method.name}'s settings act only with --intervention="
+                                    f"{method.name}, not {cfg.intervention}"))
+    if cfg.event is None:
+        unused = [name for name in SCHEDULE_FLAGS if name in given]
         if unused:
-            clauses.append((unused, "--intervention=none makes no intervention"))
-    else:
-        if cfg.intervention != "clip":
-            unused = [name for name in CLIP_FLAGS if name in given]
-            if unused:
-                clauses.append((unused, f"SingularClip's flags act only with --intervention=clip, "
-                                        f"not {cfg.intervention}"))
-        if cfg.intervention_steps and "intervention_every" in given:
-            clauses.append((["intervention_every"], "--intervention_steps sets the schedule"))
+            clauses.append((unused, f"--intervention={cfg.intervention} has no scheduled event"))
+    elif cfg.intervention_steps:
+        unused = [name for name in SCHEDULE_FLAGS if name in given]
+        if unused:
+            clauses.append((unused, "--intervention_steps sets the schedule"))
     if not clauses:
         return None
     flags_given = [name for names, _ in clauses for name in names]
@@ -288,6 +338,20 @@ def unused_flags_warning(cfg: TrainConfig, given: Iterable[str]) -> str | None:
                       for names, why in clauses)
             + f"; config.json records {'it' if len(flags_given) == 1 else 'them'} all the same, "
             "and a resume compares every setting")
+
+
+def check_read_when(cfg: TrainConfig, given: Iterable[str]) -> None:
+    """ConfigError for a method setting given on the command line that its method reads only
+    with another setting's value (--clip_ns_steps needs --clip_method=newton_schulz)."""
+    chosen = registry.parse(cfg.intervention)
+    for flag, (method, field, _) in registry.all_settings().items():
+        condition = field.metadata.get("read_when")
+        if flag not in given or method not in chosen or condition is None:
+            continue
+        other, value = method.flag(condition[0]), condition[1]
+        if getattr(cfg, other) != value:
+            raise ConfigError(f"--{flag}={getattr(cfg, flag)} needs --{other}={value}, got "
+                              f"--{other}={getattr(cfg, other)}")
 
 
 def seed_warning(cfg: TrainConfig) -> str | None:
@@ -340,34 +404,23 @@ def define_flags(defaults: TrainConfig) -> None:
                         "<logdir>/<agent>/<env>/<run_name>/.")
     flags.DEFINE_string("run_name", d.run_name, "Run directory name; default "
                         "<intervention>-utd<utd>-seed<seed>.")
-    flags.DEFINE_enum("intervention", d.intervention, list(INTERVENTIONS),
-                      "What to do at the scheduled steps: nothing, a reset, or SingularClip.")
+    flags.DEFINE_string("intervention", d.intervention, "What to do for plasticity: none, one "
+                        "method, or several joined by ',' or '+' (at most one acting at "
+                        "scheduled steps): " + ", ".join(registry.names()) + ". Each method's "
+                        "settings are the --<method>_* flags below.")
     flags.DEFINE_integer("intervention_every", d.intervention_every,
-                         "Intervene every N env steps (unless --intervention_steps is given)"
+                         "Intervene every N env steps (or gradient steps, see "
+                         "--intervention_unit) unless --intervention_steps is given"
                          + ("; BRO, unless given: at BRO's reset steps instead."
                             if d.agent == "bro" else "."))
+    flags.DEFINE_enum("intervention_unit", d.intervention_unit, list(SCHEDULE_UNITS),
+                      "What --intervention_every counts: env steps, or gradient steps (UTD per "
+                      "env step from --start_steps on; the SingularClip paper's appendix counts "
+                      "its period so).")
     flags.DEFINE_list("intervention_steps", [str(s) for s in d.intervention_steps],
                       "Explicit increasing env steps to intervene at; overrides "
                       "--intervention_every.")
-    flags.DEFINE_float("clip_c", d.clip_c, "SingularClip bound c >= 1: singular values go "
-                       "into [1/c, c].")
-    flags.DEFINE_enum("clip_method", d.clip_method, list(CLIP_METHODS),
-                      "How SingularClip is computed: exact SVD or Newton-Schulz (Polar Express).")
-    flags.DEFINE_enum("clip_sides", d.clip_sides, list(CLIP_SIDES),
-                      "Clip both ends ([1/c, c]), only the top ([0, c]) or only the bottom "
-                      "([1/c, inf)).")
-    flags.DEFINE_list("clip_parts", list(d.clip_parts), "State paths SingularClip acts on, "
-                      "parameters only (e.g. actor.params; no optimizer state); empty = the "
-                      "agent's default (online actor(s), online critic, target critic; BRO "
-                      "also clips its optimistic actor).")
-    flags.DEFINE_enum("clip_opt_state", d.clip_opt_state, list(CLIP_OPT_STATES),
-                      "What a clip does with the optimizer state (Adam's moments and step "
-                      "count) of each network it clips: keep it (SPEC.md), or reset it to its "
-                      "initial value, as a reset does; the target critic has none.")
-    flags.DEFINE_integer("clip_ns_steps", d.clip_ns_steps, "Polar Express iterations per matrix "
-                         "sign with --clip_method=newton_schulz (SPEC's coefficients are for 8; "
-                         "steps past 8 repeat the last; the default meets the paper's error on "
-                         "random matrices, see benchmarks/clip.py).")
+    define_method_flags(d)
     flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Checkpoint every N env steps.")
     flags.DEFINE_boolean("keep_final_buffer", d.keep_final_buffer, "Keep the replay buffer in "
                          "a finished run's final checkpoint (per seed, 345 MiB for humanoid's "
@@ -380,6 +433,39 @@ def define_flags(defaults: TrainConfig) -> None:
                          "(flags, env name, agent hyperparameters, clip parts, the run "
                          "directory) and exit as it would, 0 when it would train; reads the run "
                          "directory, leaves nothing behind (a sweep checks its jobs this way).")
+
+
+_FLAG_TYPES = {float: flags.DEFINE_float, int: flags.DEFINE_integer, bool: flags.DEFINE_boolean,
+               str: flags.DEFINE_string}
+
+
+def define_method_flags(defaults) -> None:
+    """One flag per setting of every registered intervention (`--<prefix>_<field>`), at the
+    value `defaults` (a config with those fields) gives it, grouped by method in --help."""
+    for flag, (method, field, kind) in registry.all_settings().items():
+        default = getattr(defaults, flag)
+        text = f"[{method.name}] {field.metadata.get('help', '')}"
+        where = {"module_name": f"intervention {method.name}"}
+        choices = field.metadata.get("choices")
+        if choices:
+            flags.DEFINE_enum(flag, default, list(choices), text, **where)
+        elif typing.get_origin(kind) is tuple:
+            flags.DEFINE_list(flag, [str(v) for v in default], text, **where)
+        else:
+            _FLAG_TYPES[kind](flag, default, text, **where)
+        flags.declare_key_flag(flag)
+
+
+def method_values(values: dict) -> dict:
+    """The method settings of {flag name: flag value}, list flags as typed tuples."""
+    out = {}
+    for flag, (_, _, kind) in registry.all_settings().items():
+        value = values[flag]
+        if typing.get_origin(kind) is tuple:
+            item = typing.get_args(kind)[0]
+            value = tuple(value) if item is str else _number_list(flag, value, item)
+        out[flag] = value
+    return out
 
 
 def _number_list(name: str, values: Sequence[str], kind: type = int) -> tuple:
@@ -399,12 +485,18 @@ def config_from_flags(agent: str) -> TrainConfig:
     values = {name: f[name].value for name in fields}
     values["intervention_steps"] = _number_list("intervention_steps",
                                                 values["intervention_steps"])
-    values["clip_parts"] = tuple(values["clip_parts"])
     values["dormant_taus"] = _number_list("dormant_taus", values["dormant_taus"], float)
+    values.update(method_values(values))
+    try:
+        values["intervention"] = registry.canonical(values["intervention"])
+    except ValueError as e:
+        raise ConfigError(f"--intervention={values['intervention']}: {e}") from None
+    given = {name for name in fields if f[name].present}
+    event = registry.event_of(values["intervention"])
+    if event is not None and event.every is not None and not given & {
+            "intervention_every", "intervention_unit", "intervention_steps"}:
+        values["intervention_every"], values["intervention_unit"] = event.every
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)
-    if f["clip_ns_steps"].present and cfg.intervention == "clip" \
-            and cfg.clip_method != "newton_schulz":
-        raise ConfigError(f"--clip_ns_steps={cfg.clip_ns_steps} needs --clip_method=newton_schulz "
-                          f"(the SVD clip has no iterations), got --clip_method={cfg.clip_method}")
+    check_read_when(cfg, given)
     return cfg

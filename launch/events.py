@@ -1,30 +1,21 @@
-"""Turns the run's intervention settings into one event `states -> states` and its report.
+"""The run's interventions (`interventions.make_plan`) wired into the training loop: the plan's
+per-step hooks go into the agent's update, its event becomes `states -> states` at scheduled
+steps, vmapped over seeds, with what the event needs (keys, a fresh or the initial state,
+replay data) and a per-layer report.
 
-The interventions library knows nothing about agents; this glue takes from the agent which
-state paths to clip or reset and where fresh initial weights come from.
+The interventions library knows nothing about agents; this glue reads from the agent (an
+`interventions.registry.Learner`) which state paths to act on and how it resets.
 """
 
-import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 
-from agents import Agent
-from interventions import (
-    check_paths,
-    clip_event_report,
-    fresh_reset,
-    get_part,
-    initial_reset,
-    make_schedule,
-    map_parts,
-    part_paths,
-    singular_clip,
-)
-from interventions.matrices import is_weight_matrix
+from agents import Agent, make_agent
+from interventions import EventContext, Plan, check_parts, clip_event_report, make_plan
 from launch import diagnose as diag
-from launch.config import ConfigError, TrainConfig
+from launch.config import ConfigError, TrainConfig, run_schedule
 
 
 class Intervention(NamedTuple):
@@ -32,111 +23,74 @@ class Intervention(NamedTuple):
     apply: Callable  # (states, env_step) -> (states, csv rows of the event)
 
 
-def check_clip_parts(agent: Agent, cfg: TrainConfig) -> None:
-    """Raise ConfigError unless each `--clip_parts` path exists in the agent's state, holds
-    parameters only (SingularClip on an optimizer state would clip Adam's moment estimates:
-    negative second moments, then NaN; SPEC.md keeps optimizer state) and holds a weight matrix
-    (elsewhere, as in the temperature's parameters, the clip would change nothing). Traces the
-    agent's init abstractly (any dimensions do: the paths do not depend on them); compiles
-    nothing."""
-    if cfg.intervention != "clip" or not cfg.clip_parts:
-        return
-    state = jax.eval_shape(lambda key: agent.init(key, 3, 2), jax.random.key(0))
+def intervention_plan(agent: Agent, cfg: TrainConfig) -> Plan:
+    """The run's plan, its parts checked against the agent's state (traced abstractly: any
+    dimensions do, the paths do not depend on them; compiles nothing). ConfigError naming the
+    flag of a setting that cannot work."""
     try:
-        paths = check_paths(state, cfg.clip_parts)
-    except ValueError as error:
-        raise ConfigError(f"--clip_parts: {error}") from None
-    for path in paths:
-        inside = [path] + part_paths(get_part(state, path), f"{path}.")
-        optimizer = [p for p in inside if p.split(".")[-1] == "opt_state"]
-        if optimizer:
-            params = [p for p in inside if p.split(".")[-1] == "params"]
-            hint = f"; name its parameters instead: {', '.join(params)}" if params else ""
-            raise ConfigError(f"--clip_parts={path} includes the optimizer state {optimizer[0]}, "
-                              f"which SingularClip must not touch{hint}")
-        leaves = jax.tree_util.tree_flatten_with_path(get_part(state, path))[0]
-        if path.split(".")[-1] == "kernel":
-            layer = path.rsplit(".", 1)[0]
-            raise ConfigError(f"--clip_parts={path} names a kernel itself; name the layer that "
-                              f"holds it ({layer}) or a part above it")
-        if not any(is_weight_matrix(key_path, leaf) for key_path, leaf in leaves):
-            raise ConfigError(f"--clip_parts={path} holds no weight matrix (a kernel), so "
-                              "SingularClip would change nothing there; the parts it clips by "
-                              f"default: {','.join(agent.clip_parts)}")
+        plan = make_plan(cfg.intervention, cfg.method_settings, agent)
+        state = jax.eval_shape(lambda key: agent.init(key, 3, 2), jax.random.key(0))
+        for bound in plan.bound:
+            check_parts(state, bound)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return plan
 
 
-def optimizer_owners(state, paths) -> list[str]:
-    """The parts that hold the optimizer of each path's parameters: the nearest part at or
-    above the path with an `opt_state` and its `tx` (a flax TrainState: "actor" for
-    "actor.params"), once each; a path with none (the target critic's) gives none."""
-    owners = []
-    for path in paths:
-        names = path.split(".")
-        for n in range(len(names), 0, -1):
-            owner = ".".join(names[:n])
-            node = get_part(state, owner)
-            if hasattr(node, "opt_state") and hasattr(node, "tx"):
-                if owner not in owners:
-                    owners.append(owner)
-                break
-    return owners
+def with_hooks(agent: Agent, plan: Plan) -> Agent:
+    """The agent with the plan's per-step hooks in its init and update."""
+    return make_agent(agent.name, agent.config, plan.hooks)
 
 
-def _initial_opt_state(train_state):
-    """A seed-vmapped TrainState with its optimizer state as `tx.init` gives it."""
-    return train_state.replace(opt_state=jax.vmap(train_state.tx.init)(train_state.params))
+def build_intervention(agent: Agent, cfg: TrainConfig, plan: Plan, init_fn: Callable,
+                       init_keys: jax.Array, data_fn: Callable | None = None) -> Intervention:
+    """The schedule and the event of the plan (none: never fires).
 
-
-def _event(agent: Agent, cfg: TrainConfig, init_fn: Callable, init_keys: jax.Array) -> Callable:
-    """`(states, env_step) -> states`: SingularClip (with `clip_opt_state="reset"`, then the
-    clipped networks' optimizer states back to their initial values), or a reset of the
-    agent's reset parts.
-
-    `init_fn(keys)` is the jitted, seed-vmapped init the run started from. An "initial" reset
-    calls it with the run's own keys, through the same compiled init, so the weights are
-    bit-identical to the run's first ones; a "fresh" reset folds the env step into the keys.
+    `init_fn(keys)` is the jitted, seed-vmapped init the run started from: the initial state
+    comes from it with the run's own keys, bit-identical to the run's first one, and a fresh
+    state with the keys folded with the env step. `data_fn(env_step, batches, batch_size)`
+    gives the replay minibatches an event needs, with leaves (seeds, batches, batch_size, ...).
     """
-    if cfg.intervention == "clip":
-        clip = functools.partial(
-            singular_clip, c=cfg.clip_c, sides=cfg.clip_sides, method=cfg.clip_method,
-            ns_steps=cfg.clip_ns_steps,
-        )
-        parts = cfg.clip_parts or agent.clip_parts
-
-        @jax.jit
-        def clip_event(states):
-            states = map_parts(states, parts, clip)
-            if cfg.clip_opt_state == "reset":
-                states = map_parts(states, optimizer_owners(states, parts), _initial_opt_state)
-            return states
-
-        return lambda states, env_step: clip_event(states)
-    if agent.reset_to == "initial":
-        return lambda states, env_step: initial_reset(
-            states, init_fn(init_keys), agent.reset_parts)
+    if plan.event is None:
+        return Intervention(run_schedule(cfg) or _Never(), lambda states, env_step: (states, []))
+    method, needs = plan.event.method, set(plan.event.method.needs)
+    if "reinit" in needs:
+        needs.add("fresh" if agent.reset_to == "fresh" else "initial")
     fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
-    return lambda states, env_step: fresh_reset(
-        states, agent.reset_parts, init_fn, fold(init_keys, env_step))
 
+    @jax.jit
+    def event(states, key, initial, fresh, data):
+        def one(state, key, initial, fresh, data):
+            reinit = fresh if agent.reset_to == "fresh" else initial
+            ctx = EventContext(key=key, initial=initial, fresh=fresh,
+                               reinit=reinit if "reinit" in method.needs else None, data=data,
+                               learner=agent)
+            return plan.apply_event(state, ctx)
 
-def build_intervention(
-    agent: Agent, cfg: TrainConfig, init_fn: Callable, init_keys: jax.Array
-) -> Intervention:
-    """The schedule and the event of `cfg.intervention` ("none" never fires)."""
-    if cfg.intervention == "none":
-        return Intervention(make_schedule(None, ()), lambda states, env_step: (states, []))
-    schedule = make_schedule(
-        None if cfg.intervention_steps else cfg.intervention_every, cfg.intervention_steps or None
-    )
-    event = _event(agent, cfg, init_fn, init_keys)
+        return jax.vmap(one)(states, key, initial, fresh, data)
 
     @jax.jit
     def report(before, after):
         return {net: clip_event_report(before[net], after[net]) for net in before}
 
     def apply(states, env_step: int):
-        new = event(states, env_step)
+        step_keys = fold(init_keys, env_step)
+        key = jax.vmap(jax.random.fold_in, in_axes=(0, None))(step_keys, 1) \
+            if "key" in needs else None
+        initial = init_fn(init_keys) if "initial" in needs else None
+        fresh = init_fn(step_keys) if "fresh" in needs else None
+        data = data_fn(env_step, *method.data_shape(plan.event.config)) \
+            if "data" in needs else None
+        new = event(states, key, initial, fresh, data)
         values = jax.device_get(report(agent.weights(states), agent.weights(new)))
-        return new, list(diag.rows(env_step, cfg.seeds, values, cfg.intervention))
+        return new, list(diag.rows(env_step, cfg.seeds, values, method.name))
 
-    return Intervention(schedule, apply)
+    return Intervention(run_schedule(cfg), apply)
+
+
+class _Never:
+    """The schedule of a run without an event."""
+
+    @staticmethod
+    def due(env_step: int) -> bool:
+        return False

@@ -81,10 +81,17 @@ def agent_config() -> bro.BROConfig:
     return config
 
 
+def _bro_schedule(cfg: TrainConfig) -> bool:
+    """Whether the run's event takes BRO's reset steps: it has one, with no period of its own
+    (reset, clip and the other reset replacements), and the user gave no schedule."""
+    user_schedule = cfg.intervention_steps or any(
+        flags.FLAGS[name].present for name in ("intervention_every", "intervention_unit"))
+    return cfg.event is not None and cfg.event.every is None and not user_schedule
+
+
 def adjust(cfg: TrainConfig) -> TrainConfig:
     """Intervene at BRO's reset steps unless there is nothing to schedule or the user did."""
-    user_schedule = cfg.intervention_steps or flags.FLAGS["intervention_every"].present
-    if cfg.intervention == "none" or user_schedule:
+    if not _bro_schedule(cfg):
         return cfg
     return dataclasses.replace(
         cfg, intervention_steps=tuple(bro_reset_steps(cfg.max_steps, cfg.utd))
@@ -93,8 +100,7 @@ def adjust(cfg: TrainConfig) -> TrainConfig:
 
 def bro_schedule_warning(cfg: TrainConfig) -> str | None:
     """config.schedule_warning, naming BRO's reset steps when they are all past the run."""
-    if cfg.intervention != "none" and not cfg.intervention_steps \
-            and not flags.FLAGS["intervention_every"].present:
+    if _bro_schedule(cfg):
         return (f"--intervention={cfg.intervention} never happens: BRO's reset steps (the first "
                 f"at env step {BRO_RESET_STEPS[0]}) are at or after --max_steps={cfg.max_steps}, "
                 "and a run intervenes only before its last step")

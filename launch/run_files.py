@@ -19,6 +19,8 @@ import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 
+from interventions.registry import all_settings
+
 CSV_HEADERS = {
     "eval.csv": ("env_step", "seed", "return", "wall_time"),
     "train.csv": ("env_step", "seed", "metric", "value"),
@@ -62,17 +64,25 @@ def config_record(train_config, agent_config) -> dict:
 
 
 # Settings added after runs were recorded without them, with the value those runs had
-# ("a.b" is key b of the record's object a).
-ADDED_SETTINGS = {"clip_ns_steps": 20, "dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
+# ("a.b" is key b of the record's object a). The interventions' settings are added by
+# `added_settings` from the registry: a run recorded before a method existed ran without it.
+ADDED_SETTINGS = {"dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
                   "diagnostics_batch_size": 0, "eval_seed_offset": 42,
-                  "agent_config.init_scale": math.sqrt(2.0), "clip_opt_state": "keep"}
+                  "agent_config.init_scale": math.sqrt(2.0), "intervention_unit": "env_steps"}
+
+
+def added_settings() -> dict:
+    """ADDED_SETTINGS and every registered intervention's setting at its default (as JSON)."""
+    methods = {flag: list(field.default) if isinstance(field.default, tuple) else field.default
+               for flag, (_, field, _) in all_settings().items()}
+    return {**methods, **ADDED_SETTINGS}
 
 
 def with_added_settings(record: dict) -> dict:
-    """A config.json record with each of ADDED_SETTINGS it lacks at the value it ran with
-    (resume compares runs this way, and aggregation groups them)."""
+    """A config.json record with each setting of `added_settings()` it lacks at the value it
+    ran with (resume compares runs this way, and aggregation groups them)."""
     record = copy.deepcopy(record)
-    for key, value in ADDED_SETTINGS.items():
+    for key, value in added_settings().items():
         *parents, name = key.split(".")
         node = record
         for parent in parents:

@@ -34,7 +34,7 @@ from launch.config import (
     unused_flags_warning,
     validate,
 )
-from launch.events import check_clip_parts
+from launch.events import intervention_plan
 from launch.run_files import (
     EXIT_IN_USE,
     EXIT_STOPPED,
@@ -156,7 +156,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         validate(cfg)
         check_env_name(cfg.env)
         agent = make_agent(agent_name, agent_config())
-        check_clip_parts(agent, cfg)
+        intervention_plan(agent, cfg)  # its parts: an error here, before anything compiles
         if flags.FLAGS.dry_run:
             _dry_run(cfg, agent, warn_schedule)
             return

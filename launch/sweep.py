@@ -22,13 +22,13 @@ import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
 from absl import app, flags, logging
 
 from envs import UnknownEnvError
+from interventions import registry
 from launch import ctrl_c
 from launch.config import AGENT_DEFAULTS, one_line_flag_parser
 from launch.sweep_lib.grid import (
     AGENTS,
     DEFAULT_SCRIPT_DIR,
     GRID_KEYS,
-    INTERVENTIONS,
     PRESETS,
     TRAIN_FLAGS,
     JobSpec,
@@ -62,7 +62,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("agent", "sac", list(AGENTS), "Agent: its run script is launch/run_<agent>.py.")
 flags.DEFINE_list("envs", [], "dm_control tasks as domain-task.")
 flags.DEFINE_list("preset", [], f"Task lists: {', '.join(PRESETS)}.")
-flags.DEFINE_list("interventions", None, f"Any of {', '.join(INTERVENTIONS)}; unset: the "
+flags.DEFINE_list("interventions", None, f"Any of {', '.join(registry.names())}, or methods "
+                  "joined by '+' (nap+clip); unset: the "
                   "agent's run script default (" + ", ".join(
                       f"{a} {AGENT_DEFAULTS[a].intervention}" for a in AGENTS) + ").")
 flags.DEFINE_list("utds", None, "Update-to-data ratios (integers >= 1); unset: the agent's run "

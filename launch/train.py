@@ -28,7 +28,7 @@ from launch import ctrl_c
 from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
 from launch.config import ConfigError, TrainConfig
-from launch.events import Intervention, build_intervention
+from launch.events import Intervention, build_intervention, intervention_plan, with_hooks
 from launch.run_files import (
     CannotResume,
     RunFiles,
@@ -325,6 +325,8 @@ class Trainer:
     """Runs one `TrainConfig` for one agent; `run()` trains to `max_steps`."""
 
     def __init__(self, agent: Agent, cfg: TrainConfig):
+        self.plan = intervention_plan(agent, cfg)
+        agent = with_hooks(agent, self.plan)
         self.agent, self.cfg = agent, cfg
         seeds = cfg.seeds
         self.env = make_vector_env(cfg.env, seeds, cfg.action_repeat)
@@ -340,7 +342,7 @@ class Trainer:
         self.update_during_env_step = True  # False: always after it (tests compare the two)
         self.prefetched: Prefetched | None = None
         self.intervention: Intervention = build_intervention(
-            agent, cfg, self.init_fn, self.init_keys
+            agent, cfg, self.plan, self.init_fn, self.init_keys, self.event_data
         )
         self.diagnose = jax.jit(diag.make_diagnostics(
             agent, cfg.dormant_taus, cfg.srank_threshold)) if cfg.diagnostics else None
@@ -351,6 +353,13 @@ class Trainer:
         self.files = None
         self.check_finite = jax.jit(lambda tree: jax.tree.map(
             lambda x: jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1), tree))
+
+    def event_data(self, env_step: int, batches: int, batch_size: int) -> Batch:
+        """Replay minibatches (seeds, batches, batch_size, ...) for an intervention event, drawn
+        with a generator of their own (from the seed and env step), so that the training
+        minibatches are the same with and without the event's draw."""
+        rng = np.random.default_rng([self.cfg.seed, 3, env_step])
+        return to_batch(self.buffer.sample(batch_size, batches, rng=rng))
 
     def fresh_loop(self) -> Loop:
         states = self.init_fn(self.init_keys)

@@ -12,7 +12,7 @@ from agents.common import Batch
 from agents.sac import SACConfig
 from interventions import DEFAULT_NS_STEPS, ns_clip_matrices
 from launch.config import TrainConfig
-from launch.events import build_intervention
+from launch.events import build_intervention, intervention_plan
 from tests.trees import assert_bit_identical
 
 OBS, ACT = 4, 2
@@ -32,10 +32,14 @@ def setup():
     return agent, init_fn, keys, first, trained
 
 
+def build(agent, cfg, init_fn, keys):
+    return build_intervention(agent, cfg, intervention_plan(agent, cfg), init_fn, keys)
+
+
 def event(agent, init_fn, keys, reset_to):
     agent = agent._replace(reset_to=reset_to)
     cfg = TrainConfig(intervention="reset", intervention_every=100, num_seeds=2)
-    return build_intervention(agent, cfg, init_fn, keys)
+    return build(agent, cfg, init_fn, keys)
 
 
 def test_initial_reset_restores_the_first_state_bit_for_bit(setup):
@@ -65,8 +69,7 @@ def test_clip_ns_steps_reaches_the_newton_schulz_clip(setup):
     for steps in (2, 12):
         cfg = TrainConfig(intervention="clip", intervention_every=100, num_seeds=2, clip_c=1.5,
                           clip_method="newton_schulz", clip_ns_steps=steps)
-        clipped[steps] = kernel(build_intervention(agent, cfg, init_fn, keys).apply(trained,
-                                                                                    100)[0])
+        clipped[steps] = kernel(build(agent, cfg, init_fn, keys).apply(trained, 100)[0])
         expected = ns_clip_matrices(kernel(trained), 1 / 1.5, 1.5, steps)
         np.testing.assert_allclose(clipped[steps], expected, rtol=1e-5, atol=1e-6)
     assert not np.allclose(clipped[2], clipped[12], atol=1e-4)
@@ -84,7 +87,7 @@ def test_a_clip_keeps_or_resets_the_optimizer_state_of_the_networks_it_clips(set
     agent, init_fn, keys, first, trained = setup
     cfg = TrainConfig(intervention="clip", intervention_every=100, num_seeds=2, clip_c=1.2,
                       clip_opt_state=opt_state)
-    new, _ = build_intervention(agent, cfg, init_fn, keys).apply(trained, 100)
+    new, _ = build(agent, cfg, init_fn, keys).apply(trained, 100)
     kernel = lambda s: np.asarray(s.actor.params["MLP_0"]["Dense_1"]["kernel"])
     assert not np.allclose(kernel(new), kernel(trained)), "clipped either way"
     for part in ("actor", "critic"):

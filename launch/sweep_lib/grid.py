@@ -13,11 +13,12 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from agents import AGENTS as _AGENTS
 from envs import check_env_name
+from interventions import registry
 from launch.config import AGENT_DEFAULTS
 
-AGENTS = ("sac", "bro")
-INTERVENTIONS = ("none", "reset", "clip")
+AGENTS = tuple(_AGENTS)
 # Integer settings of the run scripts a sweep may set; unset ones keep the agent's defaults.
 TRAIN_FLAGS = ("max_steps", "start_steps", "eval_every", "eval_episodes", "batch_size",
                "checkpoint_every")
@@ -227,6 +228,14 @@ def _choices(name: str, values: list[str], accepted: Sequence[str]) -> tuple[str
     return tuple(dict.fromkeys(values))
 
 
+def _intervention(value: str) -> str:
+    """A grid's intervention as a run records it (methods joined by '+'), or SweepError."""
+    try:
+        return registry.canonical(value)
+    except ValueError as e:
+        raise SweepError(f"intervention {value!r}: {e}") from None
+
+
 def resolve_envs(envs: str | Iterable[str] | None, presets: str | Iterable[str] | None = None,
                  ) -> tuple[str, ...]:
     """Preset task lists then explicit env names, validated, duplicates dropped."""
@@ -267,9 +276,10 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
         interventions = defaults.intervention
     if utds is None:
         utds = str(defaults.utd)
-    chosen = _choices("intervention", _items(interventions), INTERVENTIONS)
+    chosen = tuple(dict.fromkeys(_intervention(value) for value in _items(interventions)))
     if not chosen:
-        raise SweepError(f"no interventions given; accepted: {', '.join(INTERVENTIONS)}")
+        raise SweepError(f"no interventions given; accepted: {', '.join(registry.names())}, "
+                         "or methods joined by '+' (nap+clip)")
     utd_values = tuple(dict.fromkeys(_int("utd", u, 1) for u in _items(utds)))
     if not utd_values:
         raise SweepError("no UTDs given; pass --utds=1,4,8 (integers >= 1)")

@@ -1,0 +1,1 @@
+"""The built-in plasticity methods, one module each; `interventions.catalog` registers them."""

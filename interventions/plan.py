@@ -1,0 +1,140 @@
+"""A run's interventions, resolved against its learner: per-step hooks and the scheduled event.
+
+`make_plan(spec, settings, learner)` takes an --intervention value ("clip", "nap+clip"), the
+run's method settings ({flag name: value}) and the learner (its part lists), and gives
+
+- `hooks`: what the learner's update calls (`Hooks`): `init` fills `state.plasticity` with each
+  per-step method's state (initial norms, anchors, power-iteration vectors), `penalty(path,
+  params, plasticity)` is the loss terms of the network at `path`, `after_step(state)` the
+  projections and the loss terms' state updates after each gradient step;
+- `event`: `(state, ctx) -> state` for one seed, or None, with the method that makes it.
+
+Per-step state lives in `state.plasticity` as {method name: (aux of each part, ...)}, so it is
+checkpointed, vmapped over seeds and reset like every other part of the state.
+"""
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from interventions.matrices import is_weight_matrix
+from interventions.parts import check_paths, get_part, part_paths, set_part
+from interventions.registry import EventContext, Method, parse
+
+PyTree = Any
+PLASTICITY = "plasticity"  # the learner state's field that holds per-step methods' state
+
+
+class Hooks(NamedTuple):
+    """What a learner's update calls; None: nothing to call (the update is as without)."""
+
+    init: Callable | None = None  # state -> state, with state.plasticity filled
+    penalty: Callable | None = None  # (path, params, plasticity) -> scalar for that network
+    after_step: Callable | None = None  # state -> state, after each gradient step
+
+
+NO_HOOKS = Hooks()
+
+
+class Bound(NamedTuple):
+    """A method with its config and the state paths it acts on."""
+
+    method: Method
+    config: Any
+    parts: tuple[str, ...]
+
+
+class Plan(NamedTuple):
+    bound: tuple[Bound, ...]
+    hooks: Hooks
+    event: Bound | None
+
+    def apply_event(self, state: PyTree, ctx: EventContext) -> PyTree:
+        """The event on one seed's state (`jax.vmap` it over seeds)."""
+        return self.event.method.apply(state, self.event.parts, self.event.config, ctx)
+
+
+def resolve_parts(method: Method, config: Any, learner: Any) -> tuple[str, ...]:
+    """The state paths a method acts on: its `parts` setting, else the learner's default."""
+    return tuple(config.parts) or tuple(getattr(learner, method.default_parts))
+
+
+def check_parts(state: PyTree, bound: Bound) -> None:
+    """ValueError (naming the --<prefix>_parts flag) unless each part exists, none overlaps
+    another, and, for methods on parameters, each holds a weight matrix and no optimizer
+    state. `state` may be abstract (jax.eval_shape of the learner's init)."""
+    method, flag = bound.method, bound.method.flag("parts")
+    try:
+        paths = check_paths(state, bound.parts)
+    except ValueError as error:
+        raise ValueError(f"--{flag}: {error}") from None
+    if not method.params_only:
+        return
+    for path in paths:
+        inside = [path] + part_paths(get_part(state, path), f"{path}.")
+        optimizer = [p for p in inside if p.split(".")[-1] == "opt_state"]
+        if optimizer:
+            params = [p for p in inside if p.split(".")[-1] == "params"]
+            hint = f"; name its parameters instead: {', '.join(params)}" if params else ""
+            raise ValueError(f"--{flag}={path} includes the optimizer state {optimizer[0]}, "
+                             f"which {method.name} must not touch{hint}")
+        if path.split(".")[-1] == "kernel":
+            raise ValueError(f"--{flag}={path} names a kernel itself; name the layer that holds "
+                             f"it ({path.rsplit('.', 1)[0]}) or a part above it")
+        leaves = jax.tree_util.tree_flatten_with_path(get_part(state, path))[0]
+        if not any(is_weight_matrix(key_path, leaf) for key_path, leaf in leaves):
+            raise ValueError(f"--{flag}={path} holds no weight matrix (a kernel), so {method.name} "
+                             "would change nothing there")
+
+
+def _hooks(per_step: Sequence[Bound]) -> Hooks:
+    if not per_step:
+        return NO_HOOKS
+    losses = [b for b in per_step if b.method.kind == "loss"]
+    after = [b for b in per_step
+             if b.method.kind == "projection" or b.method.update_aux is not None]
+
+    def init(state):
+        aux = {b.method.name: tuple(b.method.init(get_part(state, p), b.config) for p in b.parts)
+               for b in per_step}
+        return dataclasses.replace(state, **{PLASTICITY: aux})
+
+    def penalty(path: str, params, plasticity) -> jax.Array:
+        total = jnp.zeros((), jnp.float32)
+        for b in losses:
+            if path in b.parts:
+                aux = plasticity[b.method.name][b.parts.index(path)]
+                total = total + b.method.penalty(params, aux, b.config)
+        return total
+
+    def after_step(state):
+        plasticity = dict(getattr(state, PLASTICITY))
+        for b in after:
+            method, auxes = b.method, list(plasticity[b.method.name])
+            for i, path in enumerate(b.parts):
+                params = get_part(state, path)
+                if method.kind == "projection":
+                    params = method.project(params, auxes[i], b.config)
+                    state = set_part(state, path, params)
+                if method.update_aux is not None:
+                    auxes[i] = method.update_aux(params, auxes[i], b.config)
+            plasticity[method.name] = tuple(auxes)
+        return dataclasses.replace(state, **{PLASTICITY: plasticity})
+
+    return Hooks(init=init, penalty=penalty if losses else None,
+                 after_step=after_step if after else None)
+
+
+def make_plan(spec: str, settings: Mapping[str, Any], learner: Any) -> Plan:
+    """Resolve an --intervention value against a learner; ValueError (one line, naming the
+    flag) for a setting that cannot work. The parts are checked by `check_parts`."""
+    bound = []
+    for method in parse(spec):
+        config = method.make_config(settings)
+        bound.append(Bound(method, config, resolve_parts(method, config, learner)))
+    per_step = [b for b in bound if b.method.kind != "event"]
+    event = next((b for b in bound if b.method.kind == "event"), None)
+    return Plan(tuple(bound), _hooks(per_step), event)
