@@ -62,10 +62,11 @@ def resolve_parts(method: Method, config: Any, learner: Any) -> tuple[str, ...]:
     return tuple(config.parts) or tuple(getattr(learner, method.default_parts))
 
 
-def check_parts(state: PyTree, bound: Bound) -> None:
+def check_parts(state: PyTree, bound: Bound, default: Sequence[str] = ()) -> None:
     """ValueError (naming the --<prefix>_parts flag) unless each part exists, none overlaps
     another, and, for methods on parameters, each holds a weight matrix and no optimizer
-    state. `state` may be abstract (jax.eval_shape of the learner's init)."""
+    state. `state` may be abstract (jax.eval_shape of the learner's init); `default` (the
+    learner's default parts for the method) is named in the message."""
     method, flag = bound.method, bound.method.flag("parts")
     try:
         paths = check_paths(state, bound.parts)
@@ -86,8 +87,9 @@ def check_parts(state: PyTree, bound: Bound) -> None:
                              f"it ({path.rsplit('.', 1)[0]}) or a part above it")
         leaves = jax.tree_util.tree_flatten_with_path(get_part(state, path))[0]
         if not any(is_weight_matrix(key_path, leaf) for key_path, leaf in leaves):
+            hint = f"; the parts it acts on by default: {','.join(default)}" if default else ""
             raise ValueError(f"--{flag}={path} holds no weight matrix (a kernel), so {method.name} "
-                             "would change nothing there")
+                             f"would change nothing there{hint}")
 
 
 def _hooks(per_step: Sequence[Bound]) -> Hooks:

@@ -184,7 +184,9 @@ class Method:
         try:
             return self.config(**mine)
         except SettingError as e:
-            raise SettingError(self.flag(e.field), str(e)) from None
+            flag, message = self.flag(e.field), str(e)
+            named = message[len(e.field):] if message.startswith(e.field) else f": {message}"
+            raise SettingError(flag, f"{flag}{named}") from None
 
 
 _REGISTRY: dict[str, Method] = {}

@@ -233,16 +233,47 @@ class Checkpointer:
 
     def _restore(self, step: int, device_template):
         self._check_layout(step, device_template)
-        out = self.manager.restore(
-            step,
-            args=ocp.args.Composite(
-                device=ocp.args.StandardRestore(_abstract(keys_to_data(device_template))),
-                host=HostArraysRestore(),
-                meta=ocp.args.JsonRestore(),
-            ),
-        )
+        template = keys_to_data(device_template)
+        try:
+            out = self.manager.restore(
+                step,
+                args=ocp.args.Composite(
+                    device=ocp.args.StandardRestore(_abstract(template)),
+                    host=HostArraysRestore(),
+                    meta=ocp.args.JsonRestore(),
+                ),
+            )
+        except ValueError as e:
+            if "tree structures do not match" not in str(e):
+                raise
+            out = self._restore_by_paths(step, template)
         meta = {k: v for k, v in out["meta"].items() if k != "device_layout"}  # the caller's
         return data_to_keys(out["device"], device_template), out["host"], meta
+
+    def _restore_by_paths(self, step: int, template) -> dict:
+        """The checkpoint with its device arrays placed into `template` leaf by leaf, by their
+        paths: a checkpoint written before the state gained an empty container (a learner's
+        `plasticity` without per-step methods) holds every array the template does, but orbax
+        compares container structures too. A template leaf missing there is a mismatch."""
+        out = self.manager.restore(step, args=ocp.args.Composite(
+            device=ocp.args.StandardRestore(), host=HostArraysRestore(),
+            meta=ocp.args.JsonRestore()))
+        paths, treedef = jax.tree_util.tree_flatten_with_path(template)
+        leaves = []
+        for path, like in paths:
+            node = out["device"]
+            for key in path:
+                name = getattr(key, "name", getattr(key, "key", getattr(key, "idx", None)))
+                try:
+                    node = node[name]
+                except (KeyError, IndexError, TypeError):
+                    raise CheckpointMismatch(
+                        f"the checkpoint at env step {step} in {self.directory} has no array "
+                        f"{jax.tree_util.keystr(path)}: the code changed since it was written. It "
+                        "is kept; resume with the code it was written by, or start over under "
+                        "another --run_name") from None
+            leaves.append(jax.numpy.asarray(node, dtype=like.dtype))
+        return {**out, "device": jax.tree_util.tree_unflatten(treedef, leaves)}
 
     def restore_latest(self, device_template):
         """The newest checkpoint that restores cleanly, as `(device, host, meta)`, or None.

@@ -241,7 +241,7 @@ def check_interventions(cfg: TrainConfig) -> tuple:
         try:
             method.make_config(cfg.method_settings)
         except registry.SettingError as e:
-            raise ConfigError(f"--{e.field}: {e}") from None
+            raise ConfigError(f"--{e}") from None
     return chosen
 
 
