@@ -1,0 +1,153 @@
+"""The intervention registry: combinations, settings as flags and config fields, per-step
+hooks in the agents' updates, and a plugin registered from outside run end to end."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from agents import make_agent
+from agents.common import Batch
+from agents.sac import SACConfig
+from analysis.grouping import result_settings
+from interventions import Method, Settings, make_plan, registered, registry, setting
+from interventions.registry import parts_setting
+from launch.config import TrainConfig
+from launch.run_files import added_settings, with_added_settings
+from tests.runs import FAST_SAC, REPO, read_csv
+from tests.toy_intervention import CLAMP, SCALE_BIAS, register_toys
+
+
+def test_every_setting_of_every_method_is_a_train_config_field_at_its_default():
+    cfg = TrainConfig()
+    for flag, (method, field, _) in registry.all_settings().items():
+        assert getattr(cfg, flag) == field.default, flag
+        assert flag.startswith(method.prefix + "_")
+    assert set(registry.names()) >= {"none", "reset", "clip"}
+
+
+@pytest.mark.parametrize("spec, names", [
+    ("none", ()), ("clip", ("clip",)), (" reset ", ("reset",)),
+])
+def test_parse_reads_single_methods(spec, names):
+    assert tuple(m.name for m in registry.parse(spec)) == names
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("", "no intervention given"),
+    ("clp", "unknown intervention 'clp'"),
+    ("none,clip", "'none' cannot be combined"),
+    ("clip+clip", "'clip' is given twice"),
+    ("reset,clip", "reset and clip are both events"),
+])
+def test_combinations_that_cannot_work_are_refused_with_one_line(spec, message):
+    with pytest.raises(ValueError, match=message) as error:
+        registry.parse(spec)
+    assert "\n" not in str(error.value)
+
+
+def test_a_per_step_method_combines_with_an_event_in_either_spelling():
+    register_toys()
+    for spec in ("toy_clamp,clip", "toy_clamp+clip"):
+        assert registry.canonical(spec) == "toy_clamp+clip"
+        assert registry.event_of(spec).name == "clip"
+
+
+def test_a_method_config_must_say_its_parts():
+    @dataclasses.dataclass(frozen=True)
+    class NoParts(Settings):
+        x: float = setting(1.0, "x")
+
+    with pytest.raises(ValueError, match="parts"):
+        Method(name="bad", kind="event", config=NoParts, summary="", apply=lambda *a: a[0])
+
+
+def test_a_registered_name_or_flag_cannot_be_taken_twice():
+    with pytest.raises(ValueError, match="registered already"):
+        registry.register(registered()["clip"])
+
+    @dataclasses.dataclass(frozen=True)
+    class Clash(Settings):
+        c: float = setting(1.0, "clashes with clip's --clip_c")
+        parts: tuple[str, ...] = parts_setting("x")
+
+    with pytest.raises(ValueError, match="clip_c"):
+        registry.register(Method(name="clip2", prefix="clip", kind="event", config=Clash,
+                                 summary="", apply=lambda *a: a[0]))
+
+
+def test_a_setting_error_names_its_flag():
+    with pytest.raises(registry.SettingError, match=r"^clip_c must be a finite number >= 1"):
+        registered()["clip"].make_config({"clip_c": 0.5})
+    with pytest.raises(registry.SettingError, match=r"^clip_method='qr' is not accepted; use "
+                                                    r"one of: svd, newton_schulz"):
+        registered()["clip"].make_config({"clip_method": "qr"})
+
+
+def test_a_record_without_a_methods_settings_resumes_with_their_defaults():
+    record = {"intervention": "clip", "clip_c": 2.0}
+    filled = with_added_settings(record)
+    for flag in added_settings():
+        if "." not in flag:
+            assert flag in filled, flag
+    assert filled["clip_c"] == 2.0 and filled["intervention_unit"] == "env_steps"
+
+
+def test_aggregation_ignores_the_settings_of_methods_a_run_does_not_use():
+    clip = result_settings({"intervention": "clip", "clip_c": 2.0, "reset_parts": []})
+    assert "clip_c" in clip and "reset_parts" not in clip
+    none = result_settings({"intervention": "none", "clip_c": 2.0, "intervention_every": 5})
+    assert "clip_c" not in none and "intervention_every" not in none
+
+
+def _batches(seed=0, utd=3, batch=8, obs=4, act=2):
+    rng = np.random.default_rng(seed)
+    shapes = [(utd, batch, obs), (utd, batch, act), (utd, batch), (utd, batch, obs), (utd, batch)]
+    return Batch(*(np.asarray(rng.normal(size=s), np.float32) for s in shapes))
+
+
+def test_a_projection_runs_after_every_gradient_step_inside_the_update():
+    register_toys()
+    agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
+    plan = make_plan("toy_clamp", {"toy_clamp_bound": 0.01}, agent)
+    hooked = make_agent("sac", agent.config, plan.hooks)
+    state = hooked.init(jax.random.key(0), 4, 2)
+    assert set(state.plasticity) == {"toy_clamp"}
+    state, _ = jax.jit(hooked.update)(state, _batches())
+    for path in ("actor", "critic"):
+        for key, kernel in jax.tree_util.tree_leaves_with_path(getattr(state, path).params):
+            if key[-1].key == "kernel":
+                assert float(np.abs(kernel).max()) <= 0.01, key
+    plain = make_agent("sac", agent.config)
+    unhooked, _ = jax.jit(plain.update)(plain.init(jax.random.key(0), 4, 2), _batches())
+    assert float(np.abs(unhooked.actor.params["MLP_0"]["Dense_0"]["kernel"]).max()) > 0.01
+
+
+def test_a_plugin_registered_from_outside_runs_end_to_end(tmp_path):
+    """A user's plugin: two methods registered before the run script starts are flags,
+    config.json keys, interventions.csv rows and per-step hooks like the built-in ones."""
+    register_toys()
+    args = [*FAST_SAC, f"--logdir={tmp_path}", "--max_steps=600", "--start_steps=200",
+            "--eval_every=300", "--intervention=toy_scale_bias,toy_clamp",
+            "--intervention_every=400", "--toy_scale_bias_factor=0.25", "--toy_clamp_bound=0.2"]
+    proc = subprocess.run([sys.executable, "tests/toy_intervention.py", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "sac" / "cartpole-swingup" / "toy_scale_bias+toy_clamp-utd1-seed0"
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["intervention"] == "toy_scale_bias+toy_clamp"
+    assert config["toy_scale_bias_factor"] == 0.25 and config["toy_clamp_bound"] == 0.2
+    rows = read_csv(run_dir / "interventions.csv")
+    assert {r["kind"] for r in rows} == {"toy_scale_bias"}
+    assert {r["env_step"] for r in rows} == {"400"}
+    help_text = subprocess.run([sys.executable, "tests/toy_intervention.py", "--help"],
+                               cwd=REPO, capture_output=True, text=True, timeout=120).stdout
+    assert "--toy_clamp_bound" in help_text and "toy_scale_bias" in help_text
+
+
+def test_the_toy_methods_are_what_the_plugin_test_registers():
+    assert SCALE_BIAS.kind == "event" and CLAMP.kind == "projection"
