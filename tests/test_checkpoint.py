@@ -14,6 +14,7 @@ from launch.checkpoint import (
     Checkpointer,
     CheckpointMismatch,
     interrupts_deferred,
+    keys_to_data,
 )
 from launch.run_files import CannotResume
 from tests.trees import assert_bit_identical
@@ -213,3 +214,16 @@ def test_a_read_error_reported_by_tensorstore_keeps_the_checkpoint(saved, monkey
     monkeypatch.setattr(saved, "_restore", raising(missing))
     with pytest.raises(CheckpointCorrupt):
         saved.restore_latest(device_tree(0.0))
+
+
+def test_a_checkpoint_without_a_later_empty_container_restores_into_the_new_state(saved):
+    """A state that gained an empty container (a learner's `plasticity` without per-step
+    methods) restores an earlier checkpoint by its arrays' paths; a missing array is a
+    mismatch, kept for the code that wrote it."""
+    template = {**device_tree(0.0), "plasticity": {}}
+    device, _, meta = saved.restore_latest(template)
+    assert meta == {"env_step": 3}
+    assert_bit_identical(device, {**device_tree(3), "plasticity": {}})
+    with pytest.raises(CheckpointMismatch, match=r"has no array \['extra'\]"):
+        saved._restore_by_paths(3, keys_to_data({**device_tree(0.0), "extra": jnp.zeros(2)}))
+    assert saved.steps() == [2, 3]
