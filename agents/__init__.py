@@ -87,9 +87,21 @@ def _bro(config: "bro.BROConfig", hooks=None) -> Agent:
     )
 
 
-AGENTS: dict[str, tuple[type, Callable[[Any], Agent]]] = {
-    "sac": (sac.SACConfig, _sac),
-    "bro": (bro.BROConfig, _bro),
+class Registered(NamedTuple):
+    """An agent of the registry: its config class, how it is built, and its run script's
+    training defaults where they differ from launch.config's TrainConfig (SPEC.md)."""
+
+    config: type
+    build: Callable[..., Agent]
+    train_defaults: dict[str, Any]
+
+
+AGENTS: dict[str, Registered] = {
+    "sac": Registered(sac.SACConfig, _sac, {"utd": 1, "batch_size": 256, "start_steps": 10_000,
+                                            "intervention": "none",
+                                            "intervention_every": 200_000}),
+    "bro": Registered(bro.BROConfig, _bro, {"utd": 10, "batch_size": 128, "start_steps": 2_500,
+                                            "eval_every": 25_000, "intervention": "reset"}),
 }
 
 
@@ -98,5 +110,5 @@ def make_agent(name: str, config: Any = None, hooks: Any = None) -> Agent:
     interventions' per-step `hooks` (interventions.Hooks; None: none)."""
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; known: {', '.join(sorted(AGENTS))}")
-    config_cls, build = AGENTS[name]
-    return build(config if config is not None else config_cls(), hooks)
+    entry = AGENTS[name]
+    return entry.build(config if config is not None else entry.config(), hooks)

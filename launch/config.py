@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from absl import flags
 
+from agents import AGENTS
 from envs.dmc import EPISODE_STEPS
 from interventions import registry
 from interventions.schedule import SCHEDULE_UNITS, make_schedule
@@ -123,13 +124,12 @@ class _TrainConfig:
 TrainConfig = with_method_settings(_TrainConfig)
 
 
-# Each run script's defaults where they differ from TrainConfig's (SPEC.md); sweeps read them
-# too, so that a grid leaving out --utds or --interventions gets what the run script would.
-SAC_DEFAULTS = TrainConfig(agent="sac", utd=1, batch_size=256, start_steps=10_000,
-                           intervention="none", intervention_every=200_000)
-BRO_DEFAULTS = TrainConfig(agent="bro", utd=10, batch_size=128, start_steps=2_500,
-                           eval_every=25_000, intervention="reset")
-AGENT_DEFAULTS = {"sac": SAC_DEFAULTS, "bro": BRO_DEFAULTS}
+# Each run script's defaults (agents.AGENTS: where they differ from TrainConfig's, SPEC.md);
+# sweeps read them too, so that a grid leaving out --utds or --interventions gets what the run
+# script would.
+AGENT_DEFAULTS = {name: TrainConfig(agent=name, **entry.train_defaults)
+                  for name, entry in AGENTS.items()}
+SAC_DEFAULTS, BRO_DEFAULTS = AGENT_DEFAULTS["sac"], AGENT_DEFAULTS["bro"]
 
 
 def _choice(name: str, value: str, accepted: Sequence[str]) -> None:
