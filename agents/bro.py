@@ -79,6 +79,7 @@ class BROConfig:
     scalar_log_min: float = -10.0  # beta_opt, lambda_KL live in [e^min, e^max]
     scalar_log_max: float = 7.5
     batch_size: int = 128
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm: forward-mode autodiff works
 
     def __post_init__(self):
         """A setting that cannot train is a ValueError naming it, as SACConfig's are."""
@@ -150,17 +151,18 @@ class BROState:
 def networks(config: BROConfig, act_dim: int) -> tuple[nn.Module, nn.Module, nn.Module]:
     """The conservative actor, the optimistic actor and the two-critic ensemble of this config."""
     actor = BroActor(act_dim, config.actor_width, config.actor_depth, config.log_std_min,
-                     config.log_std_max, config.init_scale)
+                     config.log_std_max, config.init_scale, config.flax_layers)
     optimistic = OptimisticActor(
         config.optimistic_width,
         config.optimistic_depth,
         config.std_multiplier,
         config.shift_init_scale,
         config.init_scale,
+        config.flax_layers,
     )
     critic = Ensemble(
         QuantileCritic(config.critic_width, config.critic_depth, config.num_quantiles,
-                       config.init_scale),
+                       config.init_scale, config.flax_layers),
         NUM_CRITICS,
     )
     return actor, optimistic, critic

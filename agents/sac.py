@@ -49,6 +49,7 @@ class SACConfig:
     log_std_min: float = -10.0
     log_std_max: float = 2.0
     batch_size: int = 256
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm: forward-mode autodiff works
 
     def __post_init__(self):
         """A setting that cannot train is a ValueError naming it (the run scripts turn it into
@@ -76,9 +77,11 @@ class SACState:
 def networks(config: SACConfig, act_dim: int) -> tuple[nn.Module, nn.Module]:
     """The actor and the critic ensemble of this config."""
     actor = TanhGaussianPolicy(config.hidden_dims, act_dim, config.log_std_min,
-                               config.log_std_max, config.layer_norm, config.init_scale)
+                               config.log_std_max, config.layer_norm, config.init_scale,
+                               config.flax_layers)
     critic = Ensemble(Critic(config.hidden_dims, layer_norm=config.layer_norm,
-                             init_scale=config.init_scale), config.num_critics, tile_inputs=True)
+                             init_scale=config.init_scale, flax_layers=config.flax_layers),
+                      config.num_critics, tile_inputs=True)
     return actor, critic
 
 

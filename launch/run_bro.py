@@ -57,8 +57,11 @@ _HELP = {
     "log_std_max": "Upper bound of the actor's log-std.",
     "scalar_log_min": "beta_opt and lambda_KL stay above e^scalar_log_min.",
     "scalar_log_max": "beta_opt and lambda_KL stay below e^scalar_log_max.",
+    "flax_layers": "flax.linen's own Dense and LayerNorm instead of this project's (the same "
+                   "parameters and forward pass, plain gradients): forward-mode autodiff (jax.jvp, "
+                   "jax.hessian) works; the update is slower on a CPU.",
 }
-_DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
+_DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_boolean}
 
 define_flags(BRO_DEFAULTS)
 flags.adopt_module_key_flags(config)  # the shared flags show in --help

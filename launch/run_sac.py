@@ -38,6 +38,10 @@ flags.DEFINE_float("target_entropy_scale", _DEFAULT.target_entropy_scale,
                    "Target entropy is -scale * action_dim.")
 flags.DEFINE_float("log_std_min", _DEFAULT.log_std_min, "Lower bound of the actor's log-std.")
 flags.DEFINE_float("log_std_max", _DEFAULT.log_std_max, "Upper bound of the actor's log-std.")
+flags.DEFINE_boolean("flax_layers", _DEFAULT.flax_layers, "flax.linen's own Dense and LayerNorm "
+                     "instead of this project's (the same parameters and forward pass, plain "
+                     "gradients): forward-mode autodiff (jax.jvp, jax.hessian) works; the update "
+                     "is slower on a CPU.")
 
 
 def agent_config() -> sac.SACConfig:
@@ -68,6 +72,7 @@ def _config(f) -> sac.SACConfig:
         target_entropy_scale=f.target_entropy_scale,
         log_std_min=f.log_std_min,
         log_std_max=f.log_std_max,
+        flax_layers=f.flax_layers,
         batch_size=f.batch_size,
     )
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from interventions.diagnostics import RESIDUAL
 from networks.common import RELU_GAIN, default_init
-from networks.layers import Dense, DenseParams, LayerNorm, dense_heads
+from networks.layers import dense_cls, layer_norm_cls, linear_heads
 from networks.policies import squash_log_std
 
 
@@ -22,14 +22,16 @@ class BroBlock(nn.Module):
 
     width: int
     init_scale: float = RELU_GAIN
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm (networks.layers.dense_cls)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        h = Dense(self.width, kernel_init=default_init(self.init_scale), name="Dense_0")(x)
-        h = nn.relu(LayerNorm(name="LayerNorm_0")(h))
+        dense, norm = dense_cls(self.flax_layers), layer_norm_cls(self.flax_layers)
+        h = dense(self.width, kernel_init=default_init(self.init_scale), name="Dense_0")(x)
+        h = nn.relu(norm(name="LayerNorm_0")(h))
         self.sow("intermediates", "relu", h)
-        h = Dense(self.width, kernel_init=default_init(self.init_scale), name="Dense_1")(h)
-        out = x + LayerNorm(name="LayerNorm_1")(h)
+        h = dense(self.width, kernel_init=default_init(self.init_scale), name="Dense_1")(h)
+        out = x + norm(name="LayerNorm_1")(h)
         self.sow("intermediates", RESIDUAL, out)
         return out
 
@@ -40,6 +42,7 @@ class BroNet(nn.Module):
     width: int
     depth: int
     init_scale: float = RELU_GAIN  # orthogonal init scale of every kernel
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm (networks.layers.dense_cls)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -47,11 +50,12 @@ class BroNet(nn.Module):
             raise ValueError(
                 f"BroNet needs width > 0 and depth >= 0, got width={self.width}, depth={self.depth}"
             )
-        x = Dense(self.width, kernel_init=default_init(self.init_scale), name="Dense_0")(x)
-        x = nn.relu(LayerNorm(name="LayerNorm_0")(x))
+        x = dense_cls(self.flax_layers)(self.width, kernel_init=default_init(self.init_scale),
+                                        name="Dense_0")(x)
+        x = nn.relu(layer_norm_cls(self.flax_layers)(name="LayerNorm_0")(x))
         self.sow("intermediates", "hidden_0", x)
         for i in range(self.depth):
-            x = BroBlock(self.width, self.init_scale, name=f"block_{i}")(x)
+            x = BroBlock(self.width, self.init_scale, self.flax_layers, name=f"block_{i}")(x)
         return x
 
 
@@ -62,12 +66,15 @@ class QuantileCritic(nn.Module):
     depth: int = 2
     num_quantiles: int = 100
     init_scale: float = RELU_GAIN  # orthogonal init scale of every kernel
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm (networks.layers.dense_cls)
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        x = BroNet(self.width, self.depth, self.init_scale)(jnp.concatenate([obs, action], -1))
-        return Dense(self.num_quantiles, kernel_init=default_init(self.init_scale),
-                     name="quantiles")(x)
+        x = BroNet(self.width, self.depth, self.init_scale, self.flax_layers)(
+            jnp.concatenate([obs, action], -1))
+        return dense_cls(self.flax_layers)(self.num_quantiles,
+                                           kernel_init=default_init(self.init_scale),
+                                           name="quantiles")(x)
 
 
 class BroActor(nn.Module):
@@ -84,13 +91,15 @@ class BroActor(nn.Module):
     log_std_min: float = -10.0
     log_std_max: float = 2.0
     init_scale: float = RELU_GAIN
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm (networks.layers.dense_cls)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = BroNet(self.width, self.depth, self.init_scale)(obs)
+        x = BroNet(self.width, self.depth, self.init_scale, self.flax_layers)(obs)
         mean_init = default_init(self.init_scale)
-        mean, raw = dense_heads(x, [DenseParams(self.act_dim, mean_init, name="mean"),
-                                    DenseParams(self.act_dim, default_init(1.0), name="log_std")])
+        mean, raw = linear_heads(x, [(self.act_dim, mean_init, "mean"),
+                                     (self.act_dim, default_init(1.0), "log_std")],
+                                 self.flax_layers)
         return mean, squash_log_std(raw, self.log_std_min, self.log_std_max)
 
 
@@ -107,13 +116,15 @@ class OptimisticActor(nn.Module):
     std_multiplier: float = 0.75
     shift_init_scale: float = 0.01
     init_scale: float = RELU_GAIN  # of the BroNet's kernels
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm (networks.layers.dense_cls)
 
     @nn.compact
     def __call__(
         self, obs: jax.Array, mean_c: jax.Array, log_std_c: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
-        x = BroNet(self.width, self.depth, self.init_scale)(jnp.concatenate([obs, mean_c], -1))
-        shift = Dense(
+        x = BroNet(self.width, self.depth, self.init_scale, self.flax_layers)(
+            jnp.concatenate([obs, mean_c], -1))
+        shift = dense_cls(self.flax_layers)(
             mean_c.shape[-1],
             use_bias=False,
             kernel_init=default_init(self.shift_init_scale),

@@ -7,7 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from networks.layers import Dense, LayerNorm
+from networks.layers import dense_cls, layer_norm_cls
 
 
 def householder_q(z: jax.Array) -> jax.Array:
@@ -64,13 +64,15 @@ class MLP(nn.Module):
     hidden_dims: Sequence[int]
     layer_norm: bool = True
     init_scale: float = RELU_GAIN
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm (networks.layers.dense_cls)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        dense, norm = dense_cls(self.flax_layers), layer_norm_cls(self.flax_layers)
         for i, width in enumerate(self.hidden_dims):
-            x = Dense(width, kernel_init=default_init(self.init_scale), name=f"Dense_{i}")(x)
+            x = dense(width, kernel_init=default_init(self.init_scale), name=f"Dense_{i}")(x)
             if self.layer_norm:
-                x = LayerNorm(name=f"LayerNorm_{i}")(x)
+                x = norm(name=f"LayerNorm_{i}")(x)
             x = nn.relu(x)
             self.sow("intermediates", f"hidden_{i}", x)
         return x

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from networks.common import MLP, RELU_GAIN, default_init
-from networks.layers import Dense
+from networks.layers import dense_cls
 
 
 class Critic(nn.Module):
@@ -17,12 +17,14 @@ class Critic(nn.Module):
     out_dim: int = 1
     layer_norm: bool = True
     init_scale: float = RELU_GAIN  # orthogonal init scale of every kernel
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm (networks.layers.dense_cls)
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([obs, action], axis=-1)
-        x = MLP(self.hidden_dims, self.layer_norm, self.init_scale)(x)
-        q = Dense(self.out_dim, kernel_init=default_init(self.init_scale))(x)
+        x = MLP(self.hidden_dims, self.layer_norm, self.init_scale, self.flax_layers)(x)
+        q = dense_cls(self.flax_layers)(self.out_dim, kernel_init=default_init(self.init_scale),
+                                        name="Dense_0")(x)
         return q[..., 0] if self.out_dim == 1 else q
 
 

@@ -280,3 +280,23 @@ class LayerNorm(nn.Module):
         epsilon = self.epsilon
         y = _on_cpu(lambda x: normalize(x, epsilon), lambda x: _plain_normalize(x, epsilon), x)
         return _on_cpu(scale_shift, _plain_scale_shift, y, scale, shift)
+
+
+def dense_cls(flax_layers: bool = False) -> type[nn.Module]:
+    """This module's Dense, or flax.linen.Dense (the same parameters and forward pass; its
+    plain gradients let forward-mode autodiff, jax.jvp and jax.hessian, through)."""
+    return nn.Dense if flax_layers else Dense
+
+
+def layer_norm_cls(flax_layers: bool = False) -> type[nn.Module]:
+    """This module's LayerNorm, or flax.linen.LayerNorm (see `dense_cls`)."""
+    return nn.LayerNorm if flax_layers else LayerNorm
+
+
+def linear_heads(x: jax.Array, specs: Sequence[tuple[int, Callable, str]],
+                 flax_layers: bool = False) -> list[jax.Array]:
+    """Dense heads `(features, kernel_init, name)` on one input: `dense_heads`' one product,
+    or one flax.linen.Dense each (the same parameters)."""
+    if flax_layers:
+        return [nn.Dense(n, kernel_init=init, name=name)(x) for n, init, name in specs]
+    return dense_heads(x, [DenseParams(n, init, name=name) for n, init, name in specs])

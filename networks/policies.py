@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from networks.common import MLP, RELU_GAIN, default_init
-from networks.layers import DenseParams, dense_heads
+from networks.layers import linear_heads
 
 
 def squash_log_std(raw: jax.Array, low: float, high: float) -> jax.Array:
@@ -24,13 +24,14 @@ class TanhGaussianPolicy(nn.Module):
     log_std_max: float = 2.0
     layer_norm: bool = True
     init_scale: float = RELU_GAIN  # orthogonal init scale of every kernel, heads included
+    flax_layers: bool = False  # flax.linen's Dense and LayerNorm (networks.layers.dense_cls)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = MLP(self.hidden_dims, self.layer_norm, self.init_scale)(obs)
+        x = MLP(self.hidden_dims, self.layer_norm, self.init_scale, self.flax_layers)(obs)
         init = default_init(self.init_scale)
-        mean, raw = dense_heads(x, [DenseParams(self.act_dim, init, name="mean"),
-                                    DenseParams(self.act_dim, init, name="log_std")])
+        mean, raw = linear_heads(x, [(self.act_dim, init, "mean"), (self.act_dim, init, "log_std")],
+                                 self.flax_layers)
         return mean, squash_log_std(raw, self.log_std_min, self.log_std_max)
 
 
