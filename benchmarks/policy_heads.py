@@ -29,7 +29,7 @@ OBS_DIM, ACT_DIM, UTD, BATCH = 67, 21, 8, 256
 
 
 class TwoDenseHeads(TanhGaussianPolicy):
-    """The policy with its heads as two Dense layers, as before `dense_heads`."""
+    """The policy with its heads as two Dense layers instead of `dense_heads`."""
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:

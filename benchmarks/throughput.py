@@ -13,11 +13,10 @@ seconds its compilation took; end-to-end training steps/s at UTD 1 and 8, agains
 env, update and eval time measured apart in between (the loop's overhead), in --rounds rounds
 and their median. Each round evaluates as often, per training step, as a run with the default
 settings does (one episode per 1,000 steps: 10 every 10,000; with --quick, one per 300, so
-more often); the spectral and feature
-diagnostics that a run writes with each evaluation are timed apart and added at their default
-frequency (once per 10,000 steps), since a round is shorter than the interval between two of
-them. The rounds write no checkpoint (the default writes one every 50,000 steps: 1.6 s for a
-full humanoid buffer, `benchmarks/checkpoint.py`, about 0.5 % of that stretch at UTD 1) and
+more often); the spectral and feature diagnostics that a run writes with each evaluation are
+timed apart and added at their default frequency (once per 10,000 steps), since a round is
+shorter than the interval between two of them. The rounds write no checkpoint (the default
+writes one every 50,000 steps; `benchmarks/checkpoint.py` times one with a full buffer) and
 sample a buffer of a few thousand transitions, which stays in the CPU caches (a full 1M one
 samples more slowly): a long run's loop adds somewhat more than these rounds measure.
 `python benchmarks/loop_breakdown.py` splits that overhead into its parts.

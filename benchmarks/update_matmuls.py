@@ -17,8 +17,8 @@ its time, how often it runs per step, its FLOP/s as a fraction of the peak, wher
 networks it is (from its op name) and its shapes.
 
 A profiler trace is no substitute here: XLA:CPU runs some products asynchronously on its
-thread pool, so a product's trace event can end before its work does (BRO's showed products
-at 144 % of the peak).
+thread pool, so a product's trace event can end before its work does (and shows it above the
+peak).
 """
 
 import argparse
