@@ -69,6 +69,9 @@ def commit() -> str:
     return head + ("+changes" if changed else "")
 
 
+COMMIT = commit()  # when the script started, its code read: a long run may outlast a checkout
+
+
 def command() -> str:
     """The command line that ran the benchmark, as a user would type it from the checkout."""
     script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
@@ -81,7 +84,7 @@ def record(benchmark: str, rows: Iterable[tuple[str, float, str]]) -> None:
     path = os.environ.get("BENCH_RESULTS") or RESULTS
     common = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "machine": machine(), "jax": version("jax"), "jaxlib": version("jaxlib"),
-              "commit": commit(), "benchmark": benchmark, "command": command()}
+              "commit": COMMIT, "benchmark": benchmark, "command": command()}
     lines = [{**common, "metric": metric, "value": f"{float(value):.6g}", "unit": unit}
              for metric, value, unit in rows]
     new = not os.path.exists(path) or os.path.getsize(path) == 0
