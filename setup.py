@@ -20,9 +20,8 @@ RUNTIME = [
 ]
 # rliable is a test-time cross-check only; its arch 7.2 dependency breaks on import with
 # pandas 3, hence the pandas pin.
-# pytest-xdist runs the suite on both of a 2-core machine's cores (`-n 2`): it is mostly
-# single-threaded Python (the run scripts' subprocesses, compilation): 8:40-9:51 -> 5:25-5:40
-# with a warm compilation cache, 11:52 -> 7:25-8:11 from an empty one.
+# pytest-xdist runs the suite in one worker per core (`-n 2`): it is mostly single-threaded
+# Python (the run scripts' subprocesses, compilation), so one process keeps about one core busy.
 TEST = ["pytest==9.0.3", "pytest-xdist==3.8.0", "hypothesis==6.155.2", "rliable==1.2.0",
         "pandas==2.3.3", "ruff==0.17.6"]
 

@@ -11,6 +11,7 @@ import tracemalloc
 
 import numpy as np
 from absl import app, flags
+from recording import record
 
 from analysis import metrics
 from analysis.bootstrap import generator, percentile_interval, stratified_bootstrap
@@ -67,6 +68,10 @@ def main(argv: list[str]) -> None:
     worst = max(float(np.max(np.abs(our_ci[k] - their_ci[k].ravel()) / np.ptp(our_ci[k])))
                 for k in scores)
     print(f"largest endpoint difference: {worst:.3f} x interval width (Monte-Carlo noise)")
+    record("aggregate", [(f"IQM intervals, {shape}, ours", our_s, "s"),
+                         (f"IQM intervals, {shape}, rliable", their_s, "s"),
+                         (f"IQM intervals, {shape}, speed-up over rliable", their_s / our_s, "x"),
+                         (f"IQM intervals, {shape}, our peak traced memory", peak / 2**20, "MiB")])
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ SAC's critic ensemble (2 x 256 x 256), BRO's (2 x 128 x 512) and a larger batch 
 
 import jax
 from bench_utils import best_time, xla_flags
+from recording import record
 
 from networks.layers import sum_rows
 
@@ -17,6 +18,7 @@ SHAPES = ((2, 256, 256), (2, 128, 512), (2, 2560, 256))
 
 def main() -> None:
     print(f"{jax.devices()[0].device_kind}; XLA_FLAGS: {xla_flags()}")
+    rows = []
     for shape in SHAPES:
         g = jax.random.normal(jax.random.key(0), shape)
         reduce = jax.jit(lambda g: g.sum(axis=1))
@@ -25,6 +27,10 @@ def main() -> None:
                  for f in (reduce, pairwise)]
         print(f"{' x '.join(map(str, shape)):>14}: XLA reduce {1e6 * times[0]:7.1f} us, "
               f"pairwise sum {1e6 * times[1]:7.1f} us ({times[0] / times[1]:.1f}x)")
+        what = f"sum over the batch, {' x '.join(map(str, shape))}"
+        rows += [(f"{what}, XLA reduce", 1e6 * times[0], "us"),
+                 (f"{what}, pairwise sum", 1e6 * times[1], "us")]
+    record("batch_sums", rows)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import argparse
 import jax
 import numpy as np
 from bench_utils import matmul_peak, update_against_peak, xla_flags
+from recording import record
 
 from agents import make_agent
 
@@ -30,6 +31,7 @@ def main() -> None:
     print(f"BRO update, UTD {UTD}, batch {BATCH}, obs {OBS_DIM}, act {ACT_DIM}, "
           f"{jax.devices()[0].device_kind}; XLA_FLAGS: {xla_flags()}")
     size = matmul_peak()[1]
+    rows = []
     for seeds in args.seeds:
         rates, fractions, peaks, compile_seconds, share = update_against_peak(
             agent, OBS_DIM, ACT_DIM, seeds, UTD, BATCH, peak_size=size, rounds=args.rounds)
@@ -41,6 +43,11 @@ def main() -> None:
         print(f"  those are all the FLOPs XLA's cost analysis counts; the matmuls are "
               f"{share:.1%} of them: counting only theirs, {share * np.median(fractions):.1%} "
               "of the peak")
+        what = f"BRO update, UTD {UTD}, {seeds} seed(s)"
+        rows += [(what, np.median(rates), "seed-updates/s"),
+                 (what, 100 * np.median(fractions), "% of matmul peak"),
+                 (f"{what}, compilation", compile_seconds, "s")]
+    record("bro_update", rows)
 
 if __name__ == "__main__":
     main()

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 from absl import app, flags
+from recording import record
 
 from agents import make_agent
 from launch.config import TrainConfig
@@ -117,6 +118,14 @@ def main(_):
         restore_extra = anonymous_peak - anonymous
         print(f"peak extra anonymous memory while restoring: {restore_extra / 2**20:.0f} MiB = "
               f"{restore_extra / trainer.buffer.nbytes:.2f} x the buffer")
+    what = f"checkpoint, {FLAGS.env}, {FLAGS.capacity:,} transitions x {FLAGS.num_seeds} seed(s)"
+    record("checkpoint", [(f"{what}, on disk", size / 2**20, "MiB"),
+                          (f"{what}, save", save_seconds, "s"),
+                          (f"{what}, restore", restore_seconds, "s"),
+                          (f"{what}, extra memory while saving", extra / trainer.buffer.nbytes,
+                           "x buffer"),
+                          (f"{what}, extra anonymous memory while restoring",
+                           restore_extra / trainer.buffer.nbytes, "x buffer")])
 
 
 if __name__ == "__main__":

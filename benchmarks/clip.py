@@ -16,6 +16,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from recording import record
 
 from interventions import DEFAULT_NS_STEPS, feature_metrics, singular_clip, weight_metrics
 from interventions.newton_schulz import ns_clip_matrices
@@ -61,11 +62,14 @@ def timed(fn: Callable, *args, repeats: int) -> float:
     return float(np.median(times))
 
 
-def error_table(shapes, steps_list, seeds: int, c: float) -> None:
-    """Max over seeds of the relative Frobenius error (%) of Newton-Schulz clipping."""
+def error_table(shapes, steps_list, seeds: int, c: float) -> list[tuple]:
+    """Max over seeds of the relative Frobenius error (%) of Newton-Schulz clipping; returns
+    result rows: per kind of matrix and iteration count, the largest error over the shapes."""
     print(f"\nNewton-Schulz relative Frobenius error vs float64 SVD, c = {c}, max of {seeds} seeds")
     print(f"{'matrix':<12}{'shape':<13}" + "".join(f"{f'{k} it':>10}" for k in steps_list))
+    rows = []
     for kind in (gaussian, anisotropic):
+        worst = np.zeros(len(steps_list))
         for shape in shapes:
             errors = np.zeros((seeds, len(steps_list)))
             for seed in range(seeds):
@@ -76,18 +80,28 @@ def error_table(shapes, steps_list, seeds: int, c: float) -> None:
                     errors[seed, j] = np.linalg.norm(out - ref) / np.linalg.norm(ref)
             cells = "".join(f"{100 * e:>9.4f}%" for e in errors.max(axis=0))
             print(f"{kind.__name__:<12}{str(shape):<13}{cells}")
+            worst = np.maximum(worst, errors.max(axis=0))
+        rows += [(f"Newton-Schulz clip error, c = {c}, {kind.__name__} matrices, {steps} "
+                  "iterations, largest over the shapes", 100 * e, "%")
+                 for steps, e in zip(steps_list, worst, strict=True)]
+    return rows
 
 
-def method_times(shapes, repeats: int, c: float) -> None:
-    """Milliseconds per matrix for the SVD and Newton-Schulz (default steps) clips."""
+def method_times(shapes, repeats: int, c: float) -> list[tuple]:
+    """Milliseconds per matrix for the SVD and Newton-Schulz (default steps) clips; returns
+    them as result rows."""
     svd = jax.jit(lambda w: svd_clip_matrices(w, 1.0 / c, c))
     ns = jax.jit(lambda w: ns_clip_matrices(w, 1.0 / c, c, DEFAULT_NS_STEPS))
     print(f"\nTime per matrix (ms), {jax.devices()[0].platform}, ns_steps = {DEFAULT_NS_STEPS}")
     print(f"{'shape':<14}{'svd':>10}{'newton_schulz':>15}")
+    rows = []
     for shape in shapes:
         w = jnp.asarray(gaussian(np.random.default_rng(0), shape))
         t_svd, t_ns = timed(svd, w, repeats=repeats), timed(ns, w, repeats=repeats)
         print(f"{str(shape):<14}{1e3 * t_svd:>10.2f}{1e3 * t_ns:>15.2f}")
+        rows += [(f"clip of one {shape[0]} x {shape[1]} matrix, svd", 1e3 * t_svd, "ms"),
+                 (f"clip of one {shape[0]} x {shape[1]} matrix, newton_schulz", 1e3 * t_ns, "ms")]
+    return rows
 
 
 def dense(rng: np.random.Generator, lead: tuple, n_in: int, n_out: int, bias: bool = True):
@@ -156,11 +170,13 @@ def count_matrices(params) -> tuple[int, int]:
     return len(kernels), sum(x.size for x in kernels)
 
 
-def network_times(seeds: int, repeats: int, c: float) -> None:
-    """One clip event (all weight matrices) per method, and the diagnostics, in ms."""
+def network_times(seeds: int, repeats: int, c: float) -> list[tuple]:
+    """One clip event (all weight matrices) per method, and the diagnostics, in ms; returns
+    them as result rows."""
     rng = np.random.default_rng(0)
     print(f"\nOne clip event on a whole network (ms), c = {c}, seeds = {seeds}")
     print(f"{'network':<8}{'matrices':>10}{'weights':>11}{'svd':>10}{'newton_schulz':>15}")
+    rows = []
     for name, build in (("SAC", sac_network), ("BRO", bro_network)):
         params = jax.tree.map(jnp.asarray, build(rng, seeds))
         row = []
@@ -169,6 +185,8 @@ def network_times(seeds: int, repeats: int, c: float) -> None:
             row.append(timed(clip, params, repeats=repeats))
         n, size = count_matrices(params)
         print(f"{name:<8}{n:>10}{size:>11}{1e3 * row[0]:>10.2f}{1e3 * row[1]:>15.2f}")
+        rows += [(f"clip event on {name}'s networks, {seeds} seed(s), {method}", 1e3 * t, "ms")
+                 for method, t in zip(("svd", "newton_schulz"), row, strict=True)]
 
     params = jax.tree.map(jnp.asarray, sac_network(rng, seeds))
     online = {"actor": params["actor"], "critic": params["critic"]}
@@ -185,6 +203,8 @@ def network_times(seeds: int, repeats: int, c: float) -> None:
         f"\nSAC diagnostics (ms): weight_metrics {1e3 * t_w:.2f}, "
         f"feature_metrics on a {batch}-batch {1e3 * t_f:.2f}"
     )
+    return rows + [(f"SAC weight_metrics, {seeds} seed(s)", 1e3 * t_w, "ms"),
+                   (f"SAC feature_metrics on a {batch}-batch, {seeds} seed(s)", 1e3 * t_f, "ms")]
 
 
 def main() -> None:
@@ -196,10 +216,11 @@ def main() -> None:
 
     shapes = QUICK_SHAPES if args.quick else SHAPES
     steps_list = (8, DEFAULT_NS_STEPS) if args.quick else (8, 10, 12, 14, 16, 20, 24)
-    error_table(shapes, sorted(set(steps_list)), seeds=1 if args.quick else 3, c=args.c)
+    rows = error_table(shapes, sorted(set(steps_list)), seeds=1 if args.quick else 3, c=args.c)
     repeats = 3 if args.quick else 10
-    method_times(shapes, repeats, c=args.c)
-    network_times(args.seeds, repeats, c=4.0)
+    rows += method_times(shapes, repeats, c=args.c)
+    rows += network_times(args.seeds, repeats, c=4.0)
+    record("clip", rows)
 
 
 if __name__ == "__main__":

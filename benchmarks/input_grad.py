@@ -18,6 +18,7 @@ it, the gains differ (see the module notes of networks/layers.py).
 
 import jax
 from bench_utils import best_time, xla_flags
+from recording import record
 
 from networks.layers import (
     _contract_last,
@@ -36,6 +37,7 @@ SHAPES = ((2, 256, 256, 256), (8, 256, 256, 256), (1, 256, 256, 256), (4, 256, 2
 def main() -> None:
     print(f"{jax.devices()[0].device_kind}; XLA_FLAGS: {xla_flags()}")
     print("members x rows, in x out: " + ", ".join(FORMS) + " (us)")
+    results = []
     for members, rows, units_in, units_out in SHAPES:
         g = jax.random.normal(jax.random.key(0), (members, rows, units_out))
         kernel = jax.random.normal(jax.random.key(1), (members, units_in, units_out))
@@ -47,6 +49,10 @@ def main() -> None:
         print(f"{members} x {rows}, {units_in} x {units_out}: "
               + ", ".join(f"{1e6 * t:7.1f}" for t in times)
               + f"  (layers {times[0] / times[-1]:.2f}x direct)")
+        what = f"input gradient, {members} member(s) x {rows} rows, {units_in} x {units_out}"
+        results += [(f"{what}, {form}", 1e6 * t, "us")
+                    for form, t in zip(FORMS, times, strict=True)]
+    record("input_grad", results)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 from absl import app, flags
 from bench_utils import env_seconds, sac_trainer, update_seconds, xla_flags
+from recording import record
 
 from launch.train import to_batch
 
@@ -129,10 +130,14 @@ def main(_):
     ms = 1e3 / steps
     print(f"SAC, {FLAGS.env}, UTD {utd}, 1 seed, {steps} env steps: "
           f"{loop_seconds * ms:.3f} ms per env step in the loop")
+    what = f"SAC, {FLAGS.env}, UTD {utd}, 1 seed"
+    rows = [(f"{what}, loop", loop_seconds * ms, "ms per env step")]
     print(f"{'part':<20} {'in loop (ms)':>12} {'alone (ms)':>10} {'added (ms)':>10} "
           f"{'added / loop':>12}")
     for name, seconds in inside.items():
         added = seconds - apart[name]
+        rows += [(f"{what}, {name} in the loop", seconds * ms, "ms per env step"),
+                 (f"{what}, {name} alone", apart[name] * ms, "ms per env step")]
         print(f"{name:<20} {seconds * ms:>12.3f} {apart[name] * ms:>10.3f} {added * ms:>10.3f} "
               f"{100 * added / loop_seconds:>11.1f}%")
         if name == "env":
@@ -145,12 +150,16 @@ def main(_):
                       f"{(in_loop - alone) * ms:>10.3f} "
                       f"{100 * (in_loop - alone) / loop_seconds:>11.1f}%")
     rest = loop_seconds - sum(inside.values())
+    overhead = 100 * (loop_seconds / sum(apart.values()) - 1)
+    rows += [(f"{what}, everything else in the loop", rest * ms, "ms per env step"),
+             (f"{what}, loop over its parts timed alone", overhead, "%"),
+             (f"{what}, env alone after a 16 MiB memory copy", evicted * ms, "ms per env step")]
     print(f"{'everything else':<20} {rest * ms:>12.3f} {'':>10} {rest * ms:>10.3f} "
           f"{100 * rest / loop_seconds:>11.1f}%")
-    print(f"the loop adds {100 * (loop_seconds / sum(apart.values()) - 1):+.1f} % to its parts "
-          "timed alone")
+    print(f"the loop adds {overhead:+.1f} % to its parts timed alone")
     print(f"env alone, a 16 MiB memory copy before each step: {evicted * ms:.3f} ms per step "
           f"({evicted / apart['env']:.2f}x its time alone)")
+    record("loop_breakdown", rows)
 
 
 if __name__ == "__main__":

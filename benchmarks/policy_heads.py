@@ -17,6 +17,7 @@ import statistics
 import flax.linen as nn
 import jax
 from bench_utils import CompiledUpdate, best_time, compile_update, xla_flags
+from recording import record
 
 import agents.sac
 from agents import make_agent
@@ -28,7 +29,7 @@ OBS_DIM, ACT_DIM, UTD, BATCH = 67, 21, 8, 256
 
 
 class TwoDenseHeads(TanhGaussianPolicy):
-    """The policy with its heads as two Dense layers, as before `dense_heads`."""
+    """The policy with its heads as two Dense layers instead of `dense_heads`."""
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -55,6 +56,7 @@ def main() -> None:
     if args.rounds < 1 or min(args.seeds) < 1:
         parser.error("--rounds and --seeds must be >= 1")
     print(f"SAC update, UTD {UTD}, batch {BATCH}, humanoid dimensions; XLA_FLAGS: {xla_flags()}")
+    rows = []
     for seeds in args.seeds:
         versions = {name: compiled_update(policy, seeds) for name, policy in
                     (("one product", TanhGaussianPolicy), ("two Dense layers", TwoDenseHeads))}
@@ -69,6 +71,11 @@ def main() -> None:
               f" as two Dense layers {statistics.median(two):.0f}; ratio "
               f"{statistics.median(ratios):.3f} (median of {args.rounds} rounds, "
               f"{min(ratios):.3f} to {max(ratios):.3f})")
+        what = f"SAC update, UTD {UTD}, {seeds} seed(s), policy heads"
+        rows += [(f"{what} as one product", statistics.median(one), "seed-updates/s"),
+                 (f"{what} as two Dense layers", statistics.median(two), "seed-updates/s"),
+                 (f"{what}, one product / two Dense layers", statistics.median(ratios), "x")]
+    record("policy_heads", rows)
 
 
 if __name__ == "__main__":

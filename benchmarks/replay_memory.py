@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 from absl import app, flags
+from recording import record
 
 from replay import ReplayBuffer
 
@@ -26,9 +27,11 @@ def naive_nbytes(capacity: int, obs_dim: int, act_dim: int) -> int:
     return capacity * (2 * obs_dim + act_dim + 2) * 4
 
 
-def memory_table(capacity: int) -> None:
-    """Print this buffer's bytes per seed and its ratio to the naive layout for each domain."""
+def memory_table(capacity: int) -> list[tuple]:
+    """Print this buffer's bytes per seed and its ratio to the naive layout for each domain;
+    returns them as result rows."""
     print(f"memory per seed at capacity {capacity:,}")
+    rows = []
     for domain, (obs_dim, act_dim) in DIMS.items():
         ours = ReplayBuffer(1, capacity, obs_dim, act_dim).nbytes
         naive = naive_nbytes(capacity, obs_dim, act_dim)
@@ -36,6 +39,10 @@ def memory_table(capacity: int) -> None:
             f"  {domain:9s} obs {obs_dim:3d} act {act_dim:2d}: {ours / 2**20:8.1f} MiB vs "
             f"{naive / 2**20:8.1f} MiB naive, ratio {ours / naive:.4f}"
         )
+        what = f"replay buffer, {domain}, {capacity:,} transitions"
+        rows += [(f"{what}, bytes per seed", ours / 2**20, "MiB"),
+                 (f"{what}, bytes against obs and next_obs stored apart", ours / naive, "x")]
+    return rows
 
 
 def fill(buffer: ReplayBuffer, steps: int, rng: np.random.Generator) -> float:
@@ -65,7 +72,7 @@ def time_sample(buffer: ReplayBuffer, batch_size: int, utd: int, repeats: int) -
 
 
 def main(_):
-    memory_table(FLAGS.capacity)
+    rows = memory_table(FLAGS.capacity)
     obs_dim, act_dim = DIMS[FLAGS.domain]
     buffer = ReplayBuffer(FLAGS.num_seeds, FLAGS.capacity, obs_dim, act_dim)
     steps = FLAGS.capacity if FLAGS.fill is None else FLAGS.fill
@@ -74,12 +81,17 @@ def main(_):
         f"{FLAGS.domain}, {FLAGS.num_seeds} seeds, {len(buffer):,} transitions each, "
         f"{buffer.nbytes / 2**30:.2f} GiB: insert {per_insert * 1e6:.1f} us/step"
     )
+    what = f"replay buffer, {FLAGS.domain}, {FLAGS.num_seeds} seed(s), {len(buffer):,} transitions"
+    rows.append((f"{what}, insert", per_insert * 1e6, "us per env step"))
     for name, batch_size, utd in [("SAC", 256, 1), ("SAC", 256, 8), ("BRO", 128, 10)]:
         times = time_sample(buffer, batch_size, utd, FLAGS.repeats) * 1e3
         print(
             f"  sample {name} batch {batch_size} utd {utd:2d}: median {np.median(times):.2f} ms,"
             f" p90 {np.percentile(times, 90):.2f} ms"
         )
+        rows.append((f"{what}, sample {name} batch {batch_size} UTD {utd} (median)",
+                     np.median(times), "ms"))
+    record("replay_memory", rows)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 from absl import app, flags, logging
 from bench_utils import random_batches, xla_flags
+from recording import record
 
 from agents import make_agent
 from launch.config import AGENT_DEFAULTS, ConfigError, validate
@@ -52,7 +53,9 @@ def per_call_ms(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e3
 
 
-def run_case(name: str, seeds: int, utd: int, calls: int, logdir: str) -> None:
+def run_case(name: str, seeds: int, utd: int, calls: int, logdir: str) -> list[tuple]:
+    """Time one case's parts, print them, and return them as result rows (means of the
+    rounds)."""
     start = time.perf_counter()
     agent = make_agent(name)
     cfg = dataclasses.replace(AGENT_DEFAULTS[name], env=ENVS[name], utd=utd, num_seeds=seeds,
@@ -101,6 +104,9 @@ def run_case(name: str, seeds: int, utd: int, calls: int, logdir: str) -> None:
         per_call_ms(env_step, calls)]
     for label, values in rows.items():
         print(f"  {label}: {' / '.join(f'{v:.2f}' for v in values)} ms", flush=True)
+    what = f"{name}, {seeds} seed(s), UTD {utd}"
+    return [(f"{what}, {label}", sum(values) / len(values), "ms per call")
+            for label, values in rows.items()]
 
 
 def main(_):
@@ -116,12 +122,14 @@ def main(_):
         cases.append((parts[0], int(parts[1]), int(parts[2])))
     if not cases:
         sys.exit("error: --cases is empty; give agent:seeds:utd entries such as sac:4:8")
+    results = []
     for name, seeds, utd in cases:
         with tempfile.TemporaryDirectory() as logdir:
             try:
-                run_case(name, seeds, utd, FLAGS.calls, logdir)
+                results += run_case(name, seeds, utd, FLAGS.calls, logdir)
             except ConfigError as e:
                 sys.exit(f"error: {name}:{seeds}:{utd}: {e}")
+    record("step_parts", results)
 
 
 if __name__ == "__main__":

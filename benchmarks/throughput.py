@@ -13,11 +13,10 @@ seconds its compilation took; end-to-end training steps/s at UTD 1 and 8, agains
 env, update and eval time measured apart in between (the loop's overhead), in --rounds rounds
 and their median. Each round evaluates as often, per training step, as a run with the default
 settings does (one episode per 1,000 steps: 10 every 10,000; with --quick, one per 300, so
-more often); the spectral and feature
-diagnostics that a run writes with each evaluation are timed apart and added at their default
-frequency (once per 10,000 steps), since a round is shorter than the interval between two of
-them. The rounds write no checkpoint (the default writes one every 50,000 steps: 1.6 s for a
-full humanoid buffer, `benchmarks/checkpoint.py`, about 0.5 % of that stretch at UTD 1) and
+more often); the spectral and feature diagnostics that a run writes with each evaluation are
+timed apart and added at their default frequency (once per 10,000 steps), since a round is
+shorter than the interval between two of them. The rounds write no checkpoint (the default
+writes one every 50,000 steps; `benchmarks/checkpoint.py` times one with a full buffer) and
 sample a buffer of a few thousand transitions, which stays in the CPU caches (a full 1M one
 samples more slowly): a long run's loop adds somewhat more than these rounds measure.
 `python benchmarks/loop_breakdown.py` splits that overhead into its parts.
@@ -44,6 +43,7 @@ from bench_utils import (
     update_seconds,
     xla_flags,
 )
+from recording import record
 
 from agents import make_agent
 from envs import make_vector_env
@@ -115,6 +115,8 @@ def main(_):
     print(f"matmul peak (float32, jit, {size}x{size}): {peak / 1e9:.1f} GFLOP/s")
     env_rate = env_steps_per_second(FLAGS.env, 2000 if quick else 10000)
     print(f"pure env stepping, {FLAGS.env}: {env_rate:.0f} steps/s")
+    rows = [("matmul peak (float32)", peak / 1e9, "GFLOP/s"),
+            (f"pure env stepping, {FLAGS.env}", env_rate, "steps/s")]
 
     agent = make_agent("sac")
     for seeds in map(int, FLAGS.seeds):
@@ -130,6 +132,10 @@ def main(_):
         print(f"  those are all the FLOPs XLA's cost analysis counts; the matmuls are "
               f"{100 * share:.1f} % of them: counting only theirs, "
               f"{100 * share * np.median(fractions):.1f} % of the peak")
+        what = f"SAC update, UTD 8, {seeds} seed(s)"
+        rows += [(what, np.median(rates), "seed-updates/s"),
+                 (what, 100 * np.median(fractions), "% of matmul peak"),
+                 (f"{what}, compilation", compile_seconds, "s")]
         peak = np.median(peaks)
         first, hidden = critic_layer_flops(seeds, 88), critic_layer_flops(seeds, 256)
         print(f"  its critics' layers' matmuls alone (forward, input and weight gradient, "
@@ -153,6 +159,10 @@ def main(_):
                   f"once per {every} steps): {added[-1]:+.1f} %")
         print(f"  the loop adds {np.median(added):+.1f} % at UTD {utd} (median of {len(added)} "
               f"rounds, {min(added):+.1f} to {max(added):+.1f} %)")
+        rows += [(f"end to end, UTD {utd}", np.median([steps / r["loop"] for r in rounds]),
+                  "env steps/s"),
+                 (f"loop overhead over its parts, UTD {utd}", np.median(added), "%")]
+    record("throughput", rows)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ its time, how often it runs per step, its FLOP/s as a fraction of the peak, wher
 networks it is (from its op name) and its shapes.
 
 A profiler trace is no substitute here: XLA:CPU runs some products asynchronously on its
-thread pool, so a product's trace event can end before its work does (BRO's showed products
-at 144 % of the peak).
+thread pool, so a product's trace event can end before its work does (and shows it above the
+peak).
 """
 
 import argparse
@@ -27,6 +27,7 @@ import time
 
 import jax
 from bench_utils import Product, best_time, compile_update, matmul_peak, products, xla_flags
+from recording import record
 
 from agents import make_agent
 
@@ -93,6 +94,16 @@ def main() -> None:
     for p in ranked[:args.top]:
         print(f"{alone[p] * 1e6:9.0f} {len(where[p]):4d} {p.flops / alone[p] / peak:6.1%}  "
               f"{where[p][0][:60]:60s} {p.describe()}")
+    what = f"{args.agent.upper()} update, {args.seeds} seed(s), UTD {utd}"
+    record("update_matmuls", [
+        ("matmul peak (float32)", peak / 1e9, "GFLOP/s"),
+        (f"{what}, gradient step", step * 1e3, "ms"),
+        (f"{what}, gradient step", 100 * step_flops / step / peak, "% of matmul peak"),
+        (f"{what}, its matmuls alone", matmul_seconds * 1e3, "ms"),
+        (f"{what}, its matmuls alone", 100 * matmul_flops / matmul_seconds / peak,
+         "% of matmul peak"),
+        (f"{what}, ceiling with everything but the matmuls free",
+         100 * step_flops / matmul_seconds / peak, "% of matmul peak")])
 
 
 if __name__ == "__main__":

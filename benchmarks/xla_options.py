@@ -21,8 +21,12 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
+from collections import defaultdict
+
+from recording import record
 
 DEFAULT_SETS = (  # (what, extra XLA_FLAGS, host devices)
     ("the framework's options", "", 1),
@@ -103,26 +107,37 @@ def main() -> None:
         (f"set {i}", options, args.devices) for i, options in enumerate(args.options, 1)]
     print(f"SAC update, UTD 8, batch 256, humanoid dimensions; base XLA_FLAGS: "
           f"{os.environ.get('XLA_FLAGS') or '(none)'} plus the framework's options")
+    measured = defaultdict(list)  # (metric, unit) -> one value per round
     for round_ in range(1, args.rounds + 1):
         for what, options, devices in sets:
             results, died = run_set(options, devices, args.seeds)
             print(f"round {round_}, {what} [{options or 'no extra options'}; "
                   f"{devices} device(s)]:")
             for r in results:
+                where = f"[{options or 'no extra options'}; {devices} device(s)]"
                 if "peak" in r:
                     print(f"  matmul peak {r['peak'] / 1e9:.0f} GFLOP/s")
+                    measured[(f"matmul peak (float32) {where}", "GFLOP/s")].append(r["peak"] / 1e9)
                 elif "hidden_layer" in r:
                     print(f"  {r['seeds']} seed(s): the critics' hidden layer's matmuls alone "
                           f"{r['hidden_layer']:.1%} of the peak")
+                    measured[(f"{r['seeds']} seed(s), the critics' hidden layer's matmuls alone "
+                              f"{where}", "% of matmul peak")].append(100 * r["hidden_layer"])
                 else:
                     print(f"  {r['seeds']} seed(s): update {r['update']:.0f} seed-updates/s = "
                           f"{r['fraction']:.1%} of the peak")
+                    what = f"SAC update, UTD 8, {r['seeds']} seed(s) {where}"
+                    measured[(what, "seed-updates/s")].append(r["update"])
+                    measured[(what, "% of matmul peak")].append(100 * r["fraction"])
             skipped = [s for s in args.seeds if s % devices]
             if skipped:
                 print(f"  update not run for {skipped} seed(s): they do not split over "
                       f"{devices} devices")
             if died:
                 print(f"  {died}", flush=True)
+    record("xla_options", [(f"{metric} (median of {len(values)} rounds)",
+                            statistics.median(values), unit)
+                           for (metric, unit), values in measured.items()])
 
 
 if __name__ == "__main__":

@@ -167,8 +167,8 @@ def seed_init(agent: Agent, seeds, obs_dim: int, act_dim: int):
 def check_state_fits(init_fn, init_keys: jax.Array) -> None:
     """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make
     cannot fit on the default device. Only traces `init_fn` (the trace is the one its first
-    call uses): on an H200, XLA compiled networks far too large for its memory for over 100 s
-    without failing, so they are refused here. What an update holds beyond the state is left to
+    call uses): XLA can compile networks far too large for a GPU's memory for over a minute
+    before failing, so they are refused here. What an update holds beyond the state is left to
     the allocation that fails."""
     need = tree_nbytes(jax.eval_shape(init_fn, init_keys))
     device = jax.devices()[0]

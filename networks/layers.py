@@ -1,48 +1,25 @@
 """Dense and LayerNorm with the parameters, initialisation and forward pass of flax's, whose
 gradients are arranged for XLA:CPU's kernels when the computation runs on a CPU.
 
-Four changes to the backward pass, each measured on 2 cores:
+Four changes to the backward pass, for speed on a CPU; none changes what is computed beyond
+float32 rounding (the benchmarks named below time them; docs/performance.md has the results):
 
-- Bias, scale and shift gradients are pairwise sums over the batch. Each is a sum over the
-  batch rows, a column reduction. Without the tree-reduction rewrite (one of the XLA:CPU
-  options of `launch.xla_flags`, which speeds up the row reductions), XLA's reduce runs these
-  slowly. `python benchmarks/batch_sums.py`: 130-145 us for 2 x 256 x 256 floats, where a
-  pairwise sum of row slices (fused elementwise loops, which XLA also splits across threads)
-  takes 69-82 us; 3.0 ms against 0.25 ms for 2 x 2560 x 256 (stock XLA's reduce: 79 us and
-  0.22 ms). They were a large part of what is not matmul in a SAC or BRO gradient step. The
-  sums differ from XLA's only by float32 rounding (pairwise summation is, if anything, more
-  accurate).
-- A Dense layer's input gradient `g @ kernel.T` is not XLA's direct product on a CPU, which
-  contracts the last axes of both operands and runs slowly: where the layer sees fewer rows
-  than it has input or output units (BRO's 512-wide critic at batch 128) it is computed as
-  `(kernel @ g.T).T`, elsewhere (SAC's 256 x 256 layers at batch 256) as a plain product
-  with the kernel transposed (copied) first. `python benchmarks/input_grad.py`, one product
-  per call: 0.45 ms against 0.79-0.81 ms for BRO's two 128 x 512 x 512 products, 1.5 ms
-  against 4.1 ms at width 1024; 0.67-0.72 ms against 0.88-1.07 ms for SAC's critics' hidden
-  layer with 4 seeds (8 members), 0.16-0.17 ms against 0.18-0.20 ms for its actor's with 1
-  seed. Inside SAC's UTD-8 update, the kernel transposed first made the update 3.1 % faster
-  than the direct product with 4 seeds and with 1 (medians of 24 and 20 interleaved rounds).
-- A layer with fewer output units than input units (SAC's and BRO's critics' 1-wide outputs,
-  the policies' mean and log-std heads) computes its kernel gradient `x.T @ g` as
-  `(g.T @ x).T`, whose product XLA:CPU runs with the narrow side as its rows. SAC's UTD-8
-  update ran 4.6 % faster with 4 seeds (median of 120 interleaved pairs of calls, quartiles
-  3.4-5.6 %) and within noise with 1 (-0.6 %, quartiles -1.8 to +0.8 %); BRO's 1.5 % faster
-  with 1 seed (40 pairs). Most of the gain with 4 seeds came from the critics' output
-  layer: with the heads alone it was 0.7 %.
-- LayerNorm's normalisation has its closed-form gradient, `(g - mean(g) - y mean(g y)) / std`
-  (two row means), where autodiff through the mean and variance emits more, smaller XLA ops.
-  BRO's UTD-10 update went from 32.1-32.4 to 34.2-34.7 seed-updates/s with it, SAC's from
-  193 to 199 (1 seed) and 206 to 209 (4 seeds).
+- Bias, scale and shift gradients (sums over the batch rows, a column reduction, which XLA's
+  reduce runs slowly without the tree-reduction rewrite that `launch.xla_flags` disables) are
+  pairwise sums of row slices: `python benchmarks/batch_sums.py`.
+- A layer's input gradient `g @ kernel.T` avoids XLA:CPU's slow product contracting the last
+  axes of both operands: where the layer sees fewer rows than it has units it is computed as
+  `(kernel @ g.T).T`, elsewhere as a plain product with the kernel transposed (copied) first:
+  `python benchmarks/input_grad.py`.
+- A layer with fewer outputs than inputs (the critics' 1-wide outputs, the policy heads)
+  computes its kernel gradient `x.T @ g` as `(g.T @ x).T`, with the narrow side as the
+  product's rows: `python benchmarks/update_matmuls.py` times each product of an update.
+- LayerNorm's normalisation has its closed-form gradient, `(g - mean(g) - y mean(g y)) / std`,
+  where autodiff through the mean and variance emits more, smaller XLA ops.
 
 On any other backend `Dense` and `LayerNorm` compute what flax's layers compute, gradients
 included (`jax.lax.platform_dependent`, resolved when the computation is lowered, so a GPU's
-compiler never sees the CPU rules). On an H200 (jax 0.11.2) the CPU rules compiled and ran
-for 1 and 4 SAC seeds and 1 BRO seed, but compiling SAC's update for 16 seeds did not finish
-within 50 seconds, nor BRO's for 4 seeds within the rest of a 100-second run, where flax's
-layers had compiled and run at those sizes. With the CPU rules on the CPU only, SAC's update
-compiled there in 4.0, 6.3 and 6.5 s for 1, 4 and 16 seeds; BRO's default-size update gave
-no result within 75 s in that session and compiled in 12.0-17.7 s for 1-16 seeds in a later
-one (benchmarks/README.md).
+compiler never sees the CPU rules, which compile slowly there for many seeds).
 
 The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
 Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
@@ -232,8 +209,7 @@ def dense_heads(x: jax.Array, heads: Sequence[DenseParams]) -> list[jax.Array]:
     name, as `Dense(name=...)` would, and each output column is the same dot product.
 
     A policy's mean and log-std heads are narrow (21 units each on humanoid), and XLA:CPU runs
-    such products slowly. As one 42-wide product, SAC's UTD-8 update ran 1.5 % faster with 4
-    seeds and 0.6 % with 1 (`python benchmarks/policy_heads.py`, medians of 8 rounds).
+    such products slowly; one wider product is faster (`python benchmarks/policy_heads.py`).
     """
     kernels, biases = zip(*(head(x.shape[-1]) for head in heads), strict=True)
     y = _dense(x, jnp.concatenate(kernels, axis=1), jnp.concatenate(biases))

@@ -220,7 +220,7 @@ def _gradient_ops(block: nn.Module, x: jax.Array, platform: str) -> collections.
 def test_other_backends_get_flax_gradients(rows):
     """Lowered for a GPU, the gradient has flax's products and reductions and none of the CPU
     rules (row-slice sums, the input and kernel gradients' barriers); lowered for a CPU, it has
-    them. An H200 did not finish compiling the CPU rules for 16 SAC seeds (networks/layers.py)."""
+    them: the CPU rules compile slowly on a GPU for many seeds (networks/layers.py)."""
     x = jnp.ones((rows, 11))
     ours, theirs = _gradient_ops(Block(True), x, "cuda"), _gradient_ops(Block(False), x, "cuda")
     for op in ("dot_general", "reduce", "slice", "optimization_barrier"):

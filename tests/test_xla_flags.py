@@ -35,8 +35,8 @@ def test_gpu_keeps_its_reduction_passes_and_stock_opt_out():
 
 
 def test_gpu_computes_deterministically_unless_the_user_says_otherwise():
-    """Without deterministic GPU ops, two runs of one command differed on an H200, and a
-    resumed run differed from an uninterrupted one (launch/xla_flags.py)."""
+    """Without deterministic GPU ops, two runs of one command can differ on a GPU, and so can a
+    resumed run and an uninterrupted one (launch/xla_flags.py)."""
     assert "--xla_gpu_deterministic_ops=true" in apply_xla_flags({}, gpu=True).split()
     assert "--xla_gpu_deterministic_ops=true" not in apply_xla_flags({}, gpu=False).split()
     env = {"XLA_FLAGS": "--xla_gpu_deterministic_ops=false"}
