@@ -59,7 +59,7 @@ _HELP = {
     "scalar_log_max": "beta_opt and lambda_KL stay below e^scalar_log_max.",
     "flax_layers": "flax.linen's own Dense and LayerNorm instead of this project's (the same "
                    "parameters and forward pass, plain gradients): forward-mode autodiff (jax.jvp, "
-                   "jax.hessian) works; the update is slower on a CPU.",
+                   "jax.jacfwd) works; the update is slower on a CPU.",
 }
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_boolean}
 

@@ -40,7 +40,7 @@ flags.DEFINE_float("log_std_min", _DEFAULT.log_std_min, "Lower bound of the acto
 flags.DEFINE_float("log_std_max", _DEFAULT.log_std_max, "Upper bound of the actor's log-std.")
 flags.DEFINE_boolean("flax_layers", _DEFAULT.flax_layers, "flax.linen's own Dense and LayerNorm "
                      "instead of this project's (the same parameters and forward pass, plain "
-                     "gradients): forward-mode autodiff (jax.jvp, jax.hessian) works; the update "
+                     "gradients): forward-mode autodiff (jax.jvp, jax.jacfwd) works; the update "
                      "is slower on a CPU.")
 
 

@@ -21,10 +21,10 @@ On any other backend `Dense` and `LayerNorm` compute what flax's layers compute,
 included (`jax.lax.platform_dependent`, resolved when the computation is lowered, so a GPU's
 compiler never sees the CPU rules, which compile slowly there for many seeds).
 
-The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, and grad of grad for
-Hessian-vector products) goes through these layers; forward mode (jax.jvp, jax.jacfwd,
-jax.hessian) does not, on any backend (both branches are traced): use flax's Dense and
-LayerNorm (the same parameters) for that.
+The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, grad of grad, and
+jax.hessian's forward-over-reverse) goes through these layers; pure forward mode (jax.jvp,
+jax.jacfwd) does not, on any backend (both branches are traced): `dense_cls(flax_layers=True)`
+and the agents' `flax_layers` setting give flax's own Dense and LayerNorm (the same parameters).
 
 `dense_heads` computes several Dense layers on the same input (a policy's mean and log-std
 heads) as one product, each keeping its own parameters.
@@ -260,7 +260,7 @@ class LayerNorm(nn.Module):
 
 def dense_cls(flax_layers: bool = False) -> type[nn.Module]:
     """This module's Dense, or flax.linen.Dense (the same parameters and forward pass; its
-    plain gradients let forward-mode autodiff, jax.jvp and jax.hessian, through)."""
+    plain gradients let forward-mode autodiff, jax.jvp and jax.jacfwd, through)."""
     return nn.Dense if flax_layers else Dense
 
 
