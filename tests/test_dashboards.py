@@ -8,10 +8,13 @@ import struct
 import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from launch.config import TrainConfig
+from launch.dashboards import REQUIREMENTS, Dashboards, wandb_steps
 from launch.sweep_lib.grid import JobSpec
 from tests.dashboard_files import (
     by_step,
@@ -22,9 +25,6 @@ from tests.dashboard_files import (
     wandb_segments,
 )
 from tests.runs import FAST_SAC, REPO, read_csv, run, script
-
-pytest.importorskip("tensorboardX")
-pytest.importorskip("wandb")
 
 # 2 seeds, 125-step episodes, a checkpoint and an evaluation at every episode end, a clip at 700.
 ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=1000",
@@ -223,8 +223,6 @@ def test_a_missing_package_is_one_line_naming_the_pip_command(dashboard, package
 
 
 def test_the_pip_commands_match_the_pins_of_setup_and_requirements():
-    from launch.dashboards import REQUIREMENTS
-
     for name in ("setup.py", "requirements.txt"):
         with open(os.path.join(REPO, name)) as f:
             text = f.read()
@@ -264,3 +262,41 @@ def test_a_sweep_groups_its_wandb_runs_under_its_logdirs_name():
     assert [a for a in argv if "wandb_group" in a] == ["--wandb_group=mine"]
     plain = JobSpec("sac", "cheetah-run", "none", 1, 0, 1, extra=("--log_to=tensorboard",))
     assert not [a for a in plain.argv("/data/runs/clip_sweep") if "wandb" in a]
+
+
+def test_a_resumed_wandb_run_skips_the_steps_its_files_hold(tmp_path):
+    """In one process: a first part logs steps 1-5 (its .wandb files hold them, in more than one
+    32 KiB block), the run rewinds to step 3 and goes on to 7: each step once, the values of
+    the part that logged it first."""
+    cfg = TrainConfig(logdir=str(tmp_path), num_seeds=2, log_to=("wandb",),
+                      wandb_mode="offline", progress=False)
+    rows = {step: [(step, seed, f"m{i}", f"{step + seed + i / 1000:g}") for seed in (0, 1)
+                   for i in range(400)] for step in range(1, 8)}
+
+    first = Dashboards(cfg)
+    first.open({"utd": 1}, 0, lambda name: [])
+    for step in range(1, 6):
+        first.rows("train.csv", rows[step])
+        first.end_step()
+    first.close()
+
+    resumed = Dashboards(cfg)
+    csv = {"train.csv": [list(map(str, r)) for step in range(1, 4) for r in rows[step]]}
+    resumed.open({"utd": 1}, 3, lambda name: csv.get(name, []))
+    for step in range(4, 8):
+        resumed.rows("train.csv", [(s, seed, m, str(float(v) + 0.5)) for s, seed, m, v
+                                   in rows[step]])  # what a later step's rows would be
+        resumed.end_step()
+    resumed.close()
+
+    run_dir = Path(cfg.run_dir)
+    ids = json.loads((run_dir / "dashboards.json").read_text())["wandb_ids"]
+    for seed in (0, 1):
+        segments = wandb_segments(run_dir, ids[str(seed)])
+        assert [list(wandb_steps(p)) for p in segments] == [[1, 2, 3, 4, 5], [6, 7]]
+        assert os.path.getsize(segments[0]) > 2 * 32768
+        history = wandb_history(run_dir, ids[str(seed)])
+        assert [row["_step"] for row in history] == list(range(1, 8))
+        for row in history:
+            shift = 0.5 if row["_step"] > 5 else 0.0
+            assert row["train/m7"] == pytest.approx(row["_step"] + seed + 0.007 + shift)
