@@ -118,22 +118,48 @@ def wandb_steps(path: str) -> Iterable[int]:
                     yield int(json.loads(item.value_json))
 
 
+class EventFile:
+    """A TensorBoard event file: TFRecord framing (length, masked CRC-32C of the length, data,
+    masked CRC-32C of the data) of serialized Event protobufs, appended by the caller's thread.
+    `flush` hands the bytes to the OS, `sync` also to the disk."""
+
+    def __init__(self, path: str):
+        from tensorboardX.record_writer import masked_crc32c
+
+        self.path, self.crc = path, masked_crc32c
+        self.file = open(path, "wb")  # noqa: SIM115 - closed by close()
+
+    def write(self, data: bytes) -> None:
+        header = struct.pack("<Q", len(data))
+        self.file.write(header + struct.pack("<I", self.crc(header)) + data
+                        + struct.pack("<I", self.crc(data)))
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def sync(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def close(self) -> None:
+        self.sync()
+        self.file.close()
+
+
 class TensorBoard:
     """A TensorBoard event file per seed and process start, written as each step ends (not in
     a thread, as tensorboardX's SummaryWriter does), so that its length at a checkpoint holds
-    every step up to it: what a resume cuts it back to."""
+    every step up to it: what a resume cuts it back to. tensorboardX's protobufs and hparams
+    summary make the events."""
 
     def __init__(self, run_dir: str, seeds: Sequence[int]):
         from tensorboardX.proto import event_pb2, summary_pb2
-        from tensorboardX.record_writer import RecordWriter
         from tensorboardX.summary import hparams
 
-        self.event_pb2, self.summary_pb2 = event_pb2, summary_pb2
-        self.record_writer, self.hparams = RecordWriter, hparams
+        self.event_pb2, self.summary_pb2, self.hparams = event_pb2, summary_pb2, hparams
         self.run_dir, self.seeds = run_dir, list(seeds)
         self.root = os.path.join(run_dir, "tensorboard")
-        self.writers: dict[int, object] = {}
-        self.paths: dict[int, str] = {}
+        self.writers: dict[int, EventFile] = {}
         self.rewound = False
         self.kept = False  # whether the files hold the run up to the step it opens at
         self.held = -1
@@ -172,9 +198,9 @@ class TensorBoard:
         for seed in self.seeds:
             folder = os.path.join(self.root, f"seed{seed}")
             os.makedirs(folder, exist_ok=True)
-            self.paths[seed] = os.path.join(folder, f"events.out.tfevents.{int(time.time())}."
-                                            f"{socket.gethostname()}.{os.getpid()}")
-            self.writers[seed] = self.record_writer(self.paths[seed])
+            self.writers[seed] = EventFile(os.path.join(
+                folder, f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}."
+                        f"{os.getpid()}"))
             self._write(seed, self.event_pb2.Event(wall_time=time.time(),
                                                    file_version="brain.Event:2"))
             self._write(seed, self.event_pb2.Event(
@@ -205,16 +231,17 @@ class TensorBoard:
 
     def flush(self) -> None:
         for writer in self.writers.values():
-            writer.flush()  # and fsync: the checkpoint records the length
+            writer.flush()
 
     def offsets(self) -> dict[str, int]:
-        self.flush()
-        return {os.path.relpath(path, self.run_dir): os.path.getsize(path)
-                for path in self.paths.values()}
+        """The files' lengths, on disk as the checkpoint that records them will be."""
+        for writer in self.writers.values():
+            writer.sync()
+        return {os.path.relpath(w.path, self.run_dir): os.path.getsize(w.path)
+                for w in self.writers.values()}
 
     def close(self, failed: bool) -> None:
         for writer in self.writers.values():
-            writer.flush()
             writer.close()
         self.writers = {}
 
