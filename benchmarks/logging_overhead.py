@@ -1,8 +1,8 @@
 """What the dashboards (`--log_to=tensorboard,wandb`) add to a default SAC run's time, as a
 ratio measured within one run of this script.
 
-    python benchmarks/logging_overhead.py                  # 3 rounds of 2,000 env steps each
-    python benchmarks/logging_overhead.py --rounds=5 --steps=5000
+    python benchmarks/logging_overhead.py                  # 4 rounds of 2,000 env steps each
+    python benchmarks/logging_overhead.py --rounds=6 --steps=5000
 
 Two trainers of SAC with its default settings (cheetah-run, 1 seed, UTD 1, 256-wide networks,
 a train.csv row every 1,000 env steps) train in alternating blocks of --steps env steps, one
@@ -35,7 +35,8 @@ from bench_utils import sac_trainer, xla_flags
 from launch import dashboards
 
 flags.DEFINE_integer("steps", 2000, "Env steps per block (a multiple of 1,000).")
-flags.DEFINE_integer("rounds", 3, "Rounds of one block without and one with the dashboards.")
+flags.DEFINE_integer("rounds", 4, "Rounds of one block without and one with the dashboards "
+                     "(the plain one first in odd rounds, second in even ones).")
 FLAGS = flags.FLAGS
 DEFAULT_RUN_STEPS = 1_000_000
 
@@ -110,8 +111,12 @@ def main(_):
         seconds = {(kind, arm): 0.0 for kind in ("wall", "cpu", "service")
                    for arm in ("plain", "logged")}
         for r in range(FLAGS.rounds):
-            without = block(plain, plain_loop, started, steps)
-            with_ = block(logged, logged_loop, started, steps)
+            if r % 2 == 0:  # which one goes first alternates, so an effect of the order cancels
+                without = block(plain, plain_loop, started, steps)
+                with_ = block(logged, logged_loop, started, steps)
+            else:
+                with_ = block(logged, logged_loop, started, steps)
+                without = block(plain, plain_loop, started, steps)
             for kind in without:
                 seconds[kind, "plain"] += without[kind]
                 seconds[kind, "logged"] += with_[kind]

@@ -452,7 +452,7 @@ def config_from_flags(agent: str) -> TrainConfig:
                                                 values["intervention_steps"])
     values["clip_parts"] = tuple(values["clip_parts"])
     values["dormant_taus"] = _number_list("dormant_taus", values["dormant_taus"], float)
-    values["log_to"] = tuple(name.strip() for name in values["log_to"])
+    values["log_to"] = tuple(name.strip() for name in values["log_to"] if name.strip())
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)
     if f["clip_ns_steps"].present and cfg.intervention == "clip" \

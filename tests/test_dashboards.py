@@ -199,6 +199,21 @@ def test_dashboards_turned_on_at_a_resume_catch_up_from_the_csv_files(tmp_path):
     assert_wandb_holds(run_dir, expected)
 
 
+def test_run_bro_logs_to_both_dashboards(tmp_path):
+    """A tiny BRO run (2 seeds, a reset at env step 30) holds its CSV values in both."""
+    tiny = ["--env=cartpole-balance", "--critic_width=16", "--critic_depth=1",
+            "--actor_width=8", "--actor_depth=0", "--optimistic_width=8", "--optimistic_depth=0",
+            "--num_quantiles=5", "--eval_episodes=1", "--progress=false", "--num_seeds=2",
+            "--utd=2", "--batch_size=16", "--max_steps=60", "--start_steps=20",
+            "--eval_every=30", "--log_every=20", "--intervention_steps=30"]
+    run("run_bro.py", *tiny, *DASHBOARDS, f"--logdir={tmp_path}")
+    run_dir = tmp_path / "bro" / "cartpole-balance" / "reset-utd2-seed0"
+    expected = expected_values(run_dir)
+    assert any("intervention/reset" in values for values in expected[0].values())
+    assert_tensorboard_holds(run_dir, expected)
+    assert_wandb_holds(run_dir, expected)
+
+
 def without(package: str, *args: str, timeout: float = 120):
     """The run script with `package` made unimportable."""
     return subprocess.run([sys.executable, os.path.join(REPO, "tests", "without_package.py"),
