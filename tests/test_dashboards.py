@@ -154,9 +154,14 @@ def test_plot_run_draws_the_curves_and_the_diagnostics(logged_run, tmp_path):
     ([], "give one run directory"),
     (["/nonexistent/run"], "/nonexistent/run is not a directory"),
     (["{empty}"], "holds no eval.csv"),
+    (["{header_only}"], "eval.csv has no evaluation yet"),
 ])
 def test_plot_run_refuses_what_is_no_run_with_one_line(args, message, tmp_path):
-    proc = run("plot_run.py", *(a.format(empty=tmp_path) for a in args), check=False)
+    (tmp_path / "header_only").mkdir()
+    (tmp_path / "header_only" / "eval.csv").write_text("env_step,seed,return,wall_time\n")
+    (tmp_path / "empty").mkdir()
+    dirs = {"empty": tmp_path / "empty", "header_only": tmp_path / "header_only"}
+    proc = run("plot_run.py", *(a.format(**dirs) for a in args), check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and message in proc.stderr, proc.stderr
 
