@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import Run
 from interventions import registry
+from launch.config import DASHBOARD_FIELDS
 from launch.run_files import flat_settings
 
 POOLING_KEYS = ("agent", "intervention", "utd")
@@ -59,11 +60,11 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]
 # generator, with its dormant_taus, srank_threshold and diagnostics_batch_size), and the library
 # versions. eval_every, eval_episodes and eval_seed_offset do count: they set which steps are
 # evaluated (the steps curves share, the evaluation a run is scored by) and what one evaluation
-# averages over.
+# averages over. The dashboards a run logs to (--log_to, --wandb_*) change nothing either.
 IGNORED_SETTINGS = ("seed", "num_seeds", "env", "max_steps", "logdir", "run_name", "resume",
                     "progress", "checkpoint_every", "keep_final_buffer", "log_every",
                     "diagnostics", "dormant_taus", "srank_threshold", "diagnostics_batch_size",
-                    "versions", "earlier_versions")
+                    "versions", "earlier_versions", *DASHBOARD_FIELDS)
 LISTED_DIFFERENCES = 3
 
 

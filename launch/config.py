@@ -92,6 +92,13 @@ class _TrainConfig:
     keep_final_buffer: bool = False
     resume: str = "auto"
     progress: bool = True
+    # Dashboards (launch/dashboards.py), on top of the CSV files; settings of how a run is
+    # watched, not of what it computes (a resume may change them).
+    log_to: tuple[str, ...] = ()
+    wandb_project: str = ""
+    wandb_entity: str = ""
+    wandb_group: str = ""
+    wandb_mode: str = "online"
 
     @property
     def diagnostics_batch(self) -> int:
@@ -190,6 +197,7 @@ def validate(cfg: TrainConfig) -> None:
         raise ConfigError(f"--intervention={cfg.intervention} must be spelled "
                           f"{registry.canonical(cfg.intervention)!r} in a config (methods "
                           "joined by '+')")
+    validate_dashboards(cfg)
     steps = cfg.intervention_steps
     if any(s <= 0 for s in steps):
         raise ConfigError(f"--intervention_steps must be positive env steps, got {list(steps)}")
@@ -429,6 +437,7 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
                       "the run directory; never: refuse to touch one; must: fail if none.")
     flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
+    define_dashboard_flags(d)
     flags.DEFINE_boolean("dry_run", False, "Make the checks a run makes before training "
                          "(flags, env name, agent hyperparameters, clip parts, the run "
                          "directory) and exit as it would, 0 when it would train; reads the run "
@@ -468,6 +477,48 @@ def method_values(values: dict) -> dict:
     return out
 
 
+# Dashboards (launch/dashboards.py): what --log_to accepts, wandb's modes.
+DASHBOARDS = ("tensorboard", "wandb")
+WANDB_MODES = ("online", "offline", "disabled")
+WANDB_FLAGS = ("wandb_project", "wandb_entity", "wandb_group", "wandb_mode")
+DASHBOARD_FIELDS = ("log_to", *WANDB_FLAGS)
+
+
+def define_dashboard_flags(d: TrainConfig) -> None:
+    """The flags of the optional dashboards (`launch/dashboards.py`)."""
+    flags.DEFINE_list("log_to", list(d.log_to), "Dashboards to log to besides the CSV files: "
+                      "tensorboard (event files in <run_dir>/tensorboard/seed<k>/), wandb (one "
+                      "Weights & Biases run per seed); empty: none.")
+    flags.DEFINE_string("wandb_project", d.wandb_project, "wandb project (empty: $WANDB_PROJECT "
+                        "or wandb's default).")
+    flags.DEFINE_string("wandb_entity", d.wandb_entity, "wandb entity, a user or team (empty: "
+                        "$WANDB_ENTITY or the account logged in).")
+    flags.DEFINE_string("wandb_group", d.wandb_group, "wandb group of the run's seeds (empty: "
+                        "<agent>/<env>/<run_name>; a sweep sets its logdir's name).")
+    flags.DEFINE_enum("wandb_mode", d.wandb_mode, list(WANDB_MODES), "online: sync as it "
+                      "trains; offline: write <run_dir>/wandb/ only, for `wandb sync` later; "
+                      "disabled: no wandb calls.")
+
+
+def validate_dashboards(cfg: TrainConfig) -> None:
+    """ConfigError for a --log_to or --wandb_mode that is not accepted."""
+    for name in cfg.log_to:
+        _choice("log_to", name, DASHBOARDS)
+    if len(set(cfg.log_to)) != len(cfg.log_to):
+        raise ConfigError(f"--log_to={','.join(cfg.log_to)} names a dashboard twice; give each "
+                          f"once, from: {', '.join(DASHBOARDS)}")
+    _choice("wandb_mode", cfg.wandb_mode, WANDB_MODES)
+
+
+def dashboards_warning(cfg: TrainConfig, given: Iterable[str]) -> str | None:
+    """A line naming the --wandb_* flags given without wandb in --log_to, or None."""
+    unused = [f"--{name}" for name in WANDB_FLAGS if name in set(given)]
+    if "wandb" in cfg.log_to or not unused:
+        return None
+    return (f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not read: --log_to does "
+            "not include wandb")
+
+
 def _number_list(name: str, values: Sequence[str], kind: type = int) -> tuple:
     """A list flag's items as `kind` (int or float), or ConfigError naming the flag."""
     try:
@@ -496,6 +547,7 @@ def config_from_flags(agent: str) -> TrainConfig:
     if event is not None and event.every is not None and not given & {
             "intervention_every", "intervention_unit", "intervention_steps"}:
         values["intervention_every"], values["intervention_unit"] = event.every
+    values["log_to"] = tuple(name.strip() for name in values["log_to"] if name.strip())
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)
     check_read_when(cfg, given)

@@ -211,10 +211,14 @@ def lock_run_dir(run_dir: str):
 class RunFiles:
     """The files of one run directory; every `write_*` appends and flushes."""
 
-    def __init__(self, run_dir: str, seeds: Sequence[int], fresh: bool):
-        """Open the logs; `fresh` empties them (a run starting over), else they are appended."""
+    def __init__(self, run_dir: str, seeds: Sequence[int], fresh: bool, dashboards=None):
+        """Open the logs; `fresh` empties them (a run starting over), else they are appended.
+        `dashboards` (launch.dashboards.Dashboards, or None) get every CSV row too."""
         self.run_dir = run_dir
         self.seeds = list(seeds)
+        self.dashboards = dashboards
+        if dashboards is not None and fresh:
+            dashboards.rewind({})
         os.makedirs(run_dir, exist_ok=True)
         self._files = {}
         names = [*CSV_HEADERS, *(f"{seed}.txt" for seed in self.seeds)]
@@ -238,6 +242,9 @@ class RunFiles:
         write_json(os.path.join(self.run_dir, "config.json"), record, indent=2, sort_keys=True)
 
     def _rows(self, name: str, rows: Iterable[Sequence]) -> None:
+        if self.dashboards is not None:
+            rows = list(rows)
+            self.dashboards.rows(name, rows)
         handle = self._files[name]
         csv.writer(handle, lineterminator="\n").writerows(rows)
         handle.flush()
@@ -285,12 +292,18 @@ class RunFiles:
         for handle in self._files.values():
             handle.flush()
             os.fsync(handle.fileno())
-        return {name: handle.tell() for name, handle in self._files.items()}
+        lengths = {name: handle.tell() for name, handle in self._files.items()}
+        if self.dashboards is not None:  # their event files, by path below the run directory
+            lengths.update(self.dashboards.offsets())
+        return lengths
 
     def truncate_to(self, offsets: dict[str, int]) -> None:
         """Cut every log file back to `offsets` (rows written after a checkpoint). A file
-        shorter than its offset lost rows the checkpoint counts: an error, never padding."""
+        shorter than its offset lost rows the checkpoint counts: an error, never padding.
+        The dashboards' entries go to them (a dashboard left off now is left alone)."""
         for name, size in offsets.items():
+            if name not in self._files:
+                continue
             handle = self._files[name]
             handle.flush()
             if os.fstat(handle.fileno()).st_size < size:
@@ -299,7 +312,31 @@ class RunFiles:
                                    "run cannot continue it")
             handle.truncate(size)
             handle.seek(size)
+        if self.dashboards is not None:
+            self.dashboards.rewind({k: v for k, v in offsets.items() if k not in self._files})
+
+    def read_rows(self, name: str) -> list[list[str]]:
+        """The rows a CSV file holds now, without its header (what the dashboards catch up on)."""
+        self._files[name].flush()
+        with open(os.path.join(self.run_dir, name), newline="") as f:
+            return list(csv.reader(f))[1:]
+
+    def open_dashboards(self, record: dict, env_step: int) -> None:
+        """Start the dashboards at `env_step`, once the logs are rewound to it."""
+        if self.dashboards is not None:
+            self.dashboards.open(record, env_step, self.read_rows)
+
+    def end_step(self) -> None:
+        """The env step's rows are all written: the dashboards send them."""
+        if self.dashboards is not None:
+            self.dashboards.end_step()
+
+    def close_dashboards(self, failed: bool = False) -> None:
+        if self.dashboards is not None:
+            self.dashboards.close(failed)
+            self.dashboards = None
 
     def close(self) -> None:
+        self.close_dashboards()
         for handle in self._files.values():
             handle.close()

@@ -26,6 +26,7 @@ from launch.config import (
     ConfigError,
     TrainConfig,
     config_from_flags,
+    dashboards_warning,
     diagnostics_warning,
     early_warning,
     one_line_flag_parser,
@@ -34,6 +35,7 @@ from launch.config import (
     unused_flags_warning,
     validate,
 )
+from launch.dashboards import DashboardError, check_installed
 from launch.events import intervention_plan
 from launch.run_files import (
     EXIT_IN_USE,
@@ -155,6 +157,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         cfg = adjust(config_from_flags(agent_name))
         validate(cfg)
         check_env_name(cfg.env)
+        check_installed(cfg)
         agent = make_agent(agent_name, agent_config())
         intervention_plan(agent, cfg)  # its parts: an error here, before anything compiles
         if flags.FLAGS.dry_run:
@@ -198,7 +201,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         _fail(f"training diverged: {e}; {kept}", 1)
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 1)
-    except UnevenEpisodes as e:
+    except (UnevenEpisodes, DashboardError) as e:
         _fail(str(e), 1)
     except MemoryError as e:  # numpy's names the allocation; the buffer is the large one
         _fail(f"out of memory ({str(e) or 'MemoryError'}); the replay buffer holds "
@@ -287,7 +290,8 @@ def _warn(cfg: TrainConfig, warn_schedule: Callable[[TrainConfig], str | None]) 
     """Settings that work but may not do what was meant: a line each on stderr."""
     given = [name for name in flags.FLAGS if flags.FLAGS[name].present]
     for warning in (warn_schedule(cfg), early_warning(cfg), seed_warning(cfg),
-                    diagnostics_warning(cfg), unused_flags_warning(cfg, given)):
+                    diagnostics_warning(cfg), unused_flags_warning(cfg, given),
+                    dashboards_warning(cfg, given)):
         if warning is not None:
             print(f"warning: {warning}", file=sys.stderr)
 

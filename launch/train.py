@@ -24,10 +24,10 @@ from tqdm import tqdm
 from agents import Agent
 from agents.common import Batch
 from envs import make_vector_env
-from launch import ctrl_c
+from launch import ctrl_c, dashboards
 from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
-from launch.config import ConfigError, TrainConfig
+from launch.config import DASHBOARD_FIELDS, ConfigError, TrainConfig
 from launch.events import Intervention, build_intervention, intervention_plan, with_hooks
 from launch.run_files import (
     CannotResume,
@@ -249,10 +249,10 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
 
 
 # Settings that may differ when a run resumes: how it resumes and shows progress, whether its
-# final checkpoint keeps the buffer, the library versions, and how its logdir is spelled (the
-# run directory itself is the one resumed).
+# final checkpoint keeps the buffer, the library versions, how its logdir is spelled (the
+# run directory itself is the one resumed), and the dashboards it logs to.
 IGNORED_ON_RESUME = ("resume", "progress", "keep_final_buffer", "versions", "earlier_versions",
-                     "logdir")
+                     "logdir", *DASHBOARD_FIELDS)
 
 
 def _set(versions: dict) -> dict:
@@ -608,7 +608,8 @@ class Trainer:
         """A fresh loop, or the one resumed from the newest good checkpoint."""
         has_checkpoint = bool(self.checkpointer.steps())
         self.prefetched = None
-        self.files = RunFiles(self.cfg.run_dir, self.cfg.seeds, fresh=not has_checkpoint)
+        self.files = RunFiles(self.cfg.run_dir, self.cfg.seeds, fresh=not has_checkpoint,
+                              dashboards=dashboards.for_config(self.cfg))
         loop = self.fresh_loop()
         record = self.record
         if has_checkpoint:
@@ -617,6 +618,7 @@ class Trainer:
             record = self.with_earlier_versions(record, loop.env_step)
         self.files.forget_end()  # once restored: a failed resume leaves the files as they were
         self.files.write_config(record)
+        self.files.open_dashboards(record, loop.env_step)
         return loop
 
     def with_earlier_versions(self, record: dict, env_step: int) -> dict:
@@ -663,6 +665,7 @@ class Trainer:
             returns = self.log_eval(loop)
         if loop.env_step < cfg.max_steps:
             self.intervene_if_due(loop)
+        self.files.end_step()
         if ended and (loop.env_step - self.last_checkpoint >= cfg.checkpoint_every
                       or self.stop_requested):
             self.save(loop)
@@ -710,6 +713,8 @@ class Trainer:
             raise
         finally:  # the bar's last redraw comes before any error message, not after it
             bar.close()
+            error = sys.exc_info()[1]  # a SIGTERM's stop is no failure: the run resumes
+            self.files.close_dashboards(failed=error is not None and not isinstance(error, Stopped))
         self.checkpointer.keep_latest_only()  # the final agent stays; half the disk goes
         self.files.write_done({"env_step": loop.env_step, "wall_time": loop.wall_time})
         self.files.close()

@@ -41,6 +41,11 @@ class SweepError(ValueError):
     """A sweep setting that cannot work; the message is one line for the user."""
 
 
+def sweep_group(logdir: str) -> str:
+    """The wandb group of a sweep's runs: its logdir's name (runs/clip_sweep: clip_sweep)."""
+    return os.path.basename(os.path.normpath(os.path.abspath(logdir)))
+
+
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     """One run-script invocation: an (agent, env, intervention, UTD) and its seed group."""
@@ -72,10 +77,14 @@ class JobSpec:
         return os.path.join(logdir, self.agent, self.env, self.run_name)
 
     def argv(self, logdir: str) -> list[str]:
-        """The command line of this job: the run script with --resume=auto, then extra flags."""
+        """The command line of this job: the run script with --resume=auto, then extra flags;
+        with wandb among them, --wandb_group is the sweep's (its logdir's name) unless given."""
         flags = {"env": self.env, "utd": self.utd, "intervention": self.intervention,
                  "seed": self.seed, "num_seeds": self.num_seeds, **dict(self.train_flags),
                  "logdir": logdir, "run_name": self.run_name, "resume": "auto"}
+        given = {name: value for name, value, _ in extra_settings(self.extra)}
+        if "wandb" in _items(given.get("log_to")) and "wandb_group" not in given:
+            flags["wandb_group"] = sweep_group(logdir)
         return [sys.executable, self.script, *(f"--{k}={v}" for k, v in flags.items()),
                 *self.extra]
 

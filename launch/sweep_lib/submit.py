@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 import submitit
 
 from launch import ctrl_c
+from launch.config import DASHBOARD_FIELDS
 from launch.run_files import EXIT_IN_USE, with_added_settings, with_resolved_settings
 from launch.sweep_lib.grid import JobSpec, SweepError, job_flags
 from launch.sweep_lib.job import LocalWorker, RunJob
@@ -279,7 +280,7 @@ def same_setting(there: object, now: object) -> bool:
 
 _MISSING = object()
 # Extra flags that change nothing a finished run computed.
-HARMLESS_EXTRA = ("progress", "resume", "keep_final_buffer")
+HARMLESS_EXTRA = ("progress", "resume", "keep_final_buffer", *DASHBOARD_FIELDS)
 
 
 def recorded_setting(config: Mapping, name: str) -> object:
