@@ -7,6 +7,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -299,6 +300,7 @@ def test_a_resumed_wandb_run_skips_the_steps_its_files_hold(tmp_path):
         first.rows("train.csv", rows[step])
         first.end_step()
     first.close()
+    time.sleep(1.1)  # wandb names a launch's folder by the second it started in
 
     resumed = Dashboards(cfg)
     csv = {"train.csv": [list(map(str, r)) for step in range(1, 4) for r in rows[step]]}
