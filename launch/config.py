@@ -384,7 +384,9 @@ def define_flags(defaults: TrainConfig) -> None:
                          "1M transitions, 1,006 MiB for dog's); by default that checkpoint "
                          "holds the trained agents, RNG states and counters, not the buffer.")
     flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
-                      "the run directory; never: refuse to touch one; must: fail if none.")
+                      "the run directory; never: refuse to touch one, but train one that "
+                      "diverged before its first checkpoint again from the start; must: fail "
+                      "if none.")
     flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
     flags.DEFINE_boolean("dry_run", False, "Make the checks a run makes before training "
                          "(flags, env name, agent hyperparameters, clip parts, the run "

@@ -85,6 +85,8 @@ def env_nbytes(env) -> int:
     return int(physics.model.nbuffer + physics.data.nbuffer)
 
 
-def gib(n: int) -> str:
-    """Bytes as GiB with one decimal (at least 0.1 where not zero)."""
-    return f"{max(n / 2**30, 0.1 if n else 0.0):,.1f} GiB"
+def sized(n: int) -> str:
+    """Bytes for a person: GiB with one decimal from 1 GiB, else whole MiB (at least 1)."""
+    if n >= 2**30:
+        return f"{n / 2**30:,.1f} GiB"
+    return f"{max(round(n / 2**20), 1)} MiB"

@@ -34,10 +34,10 @@ from launch.memory import (
     buffer_nbytes,
     cgroup_memory_limit,
     env_nbytes,
-    gib,
     host_memory_bytes,
     physical_memory_bytes,
     process_memory_bytes,
+    sized,
 )
 from launch.run_files import (
     DIVERGED,
@@ -193,7 +193,7 @@ def check_fits(agent: Agent, cfg: TrainConfig, env) -> tuple[Any, jax.Array]:
     }
     need = sum(parts.values())
     if have is not None and need > have:
-        shown = ", ".join(f"{what} {gib(n)}" for what, n in parts.items() if n)
+        shown = ", ".join(f"{what} {sized(n)}" for what, n in parts.items() if n)
         sizes = _told_apart(need, have)
         raise TooLargeForMemory(
             f"the run needs about {sizes[0]} of host memory, more than the host's {sizes[1]}: "

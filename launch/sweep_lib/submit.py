@@ -3,8 +3,8 @@
 Local executor: min(--max_parallel, jobs) `LocalWorker`s share the launch's job list and
 claim jobs one at a time, so at most --max_parallel scripts run and the launch goes on when
 the sweep process exits; with --pin_cores each worker runs its scripts on its own share of the
-cores, with XLA's CPU thread pools sized to it. SLURM: one array job, one task per sweep job, at most
---array_parallelism at once; preempted or timed-out tasks requeue themselves.
+cores, with XLA's CPU thread pools sized to it. SLURM: one array job, one task per sweep job,
+at most --array_parallelism at once; preempted or timed-out tasks requeue themselves.
 """
 
 import contextlib
@@ -21,7 +21,7 @@ import submitit
 from envs import make_env
 from launch import ctrl_c
 from launch.config import AGENT_DEFAULTS
-from launch.memory import buffer_nbytes, env_nbytes, gib, host_memory_bytes
+from launch.memory import buffer_nbytes, env_nbytes, host_memory_bytes, sized
 from launch.run_files import (
     EXIT_IN_USE,
     is_finished,
@@ -151,8 +151,9 @@ def machine_parallel(specs: Sequence[JobSpec], baseline: int) -> tuple[int, str]
     memory = host_memory_bytes()
     held = memory // largest if memory else cores
     parallel = max(1, min(len(specs), cores, held))
-    why = (f"{cores} core(s), {gib(memory)} of memory, about {gib(largest)} for the largest job"
-           if memory else f"{cores} core(s)")
+    why = f"{cores} core(s)"
+    if memory:
+        why += f", {sized(memory)} of memory, about {sized(largest)} for the largest job"
     return parallel, why
 
 
