@@ -175,7 +175,7 @@ def check_fits(agent: Agent, cfg: TrainConfig, env) -> tuple[Any, jax.Array]:
     not fit its device (`check_state_fits`) or whose replay buffer, envs (two per seed) and, on
     a CPU, states do not fit the host's memory with what this process holds already. Takes the
     dimensions and sizes from `env`, one env of the run's task, so it runs before the run's
-    envs are built (a second each on dm_control's larger tasks) and before anything compiles."""
+    envs are built (minutes for a thousand seeds) and before anything compiles."""
     init_fn, init_keys = seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim)
     states = check_state_fits(init_fn, init_keys)
     device = jax.devices()[0]
@@ -202,10 +202,10 @@ def check_fits(agent: Agent, cfg: TrainConfig, env) -> tuple[Any, jax.Array]:
     return init_fn, init_keys
 
 
-# A loss whose magnitude passes this, finite or not, is warned about and recorded: DMC's
-# rewards are at most 1 per control step, so with the discount 0.99 a return-to-go is at most
-# 100 per step of action repeat, and a squared TD error at most 4e4 per such step squared; a
-# loss past 1e10 is about a million times past that and grows without a bound the task sets.
+# A finite loss whose magnitude passes this is warned about and recorded: DMC's rewards are at
+# most 1 per control step, so with the discount 0.99 a return is at most 100 x the action
+# repeat, and a squared TD error at most (200 x the action repeat)**2, 4e4 at action repeat 1.
+# A loss past 1e10 is far past any bound the tasks set: it grows without one.
 LOSS_LIMIT = 1e10
 
 
