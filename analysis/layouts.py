@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import AggregationError, AggregationWarning
-from launch.run_files import with_added_settings
+from launch.run_files import LOSS_WARNINGS, with_added_settings
 
 TASK_ALIASES = {"finger-turn": "finger-turn_hard"}
 LAYOUTS = ("project", "jaxrl", "npy")
@@ -267,6 +267,11 @@ def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
                       AggregationWarning, stacklevel=2)
     elif counted:
         warnings.warn(f"{run_dir}: {counted}", AggregationWarning, stacklevel=2)
+    for name, first in _loss_warnings(run_dir).items():
+        warnings.warn(f"{run_dir}: {name} of seed {first.get('seed')} reached "
+                      f"{first.get('value'):.3g} at env step {first.get('env_step')} "
+                      f"({LOSS_WARNINGS}): a loss that grows without bound usually means a "
+                      "broken run; its runs are kept", AggregationWarning, stacklevel=2)
     runs = []
     for seed in sorted(rows, key=lambda s: (len(s), s)):
         steps, returns = zip(*rows[seed], strict=True)
@@ -322,6 +327,23 @@ def _read_diverged(run_dir: Path) -> dict | None:
                                f"whole numbers >= 0 (and seeds_stopped a list of them), got "
                                f"{record}") from None
     return record
+
+
+def _loss_warnings(run_dir: Path) -> dict:
+    """The losses the run's LOSS_WARNINGS records past the trainer's limit ({} if none), each
+    {"env_step", "seed", "value"} of its first crossing."""
+    path = run_dir / LOSS_WARNINGS
+    if not path.is_file():
+        return {}
+    with reading(path):
+        record = json.loads(path.read_text())
+    losses = record.get("losses") if isinstance(record, dict) else None
+    if not isinstance(losses, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("value"), int | float)
+            for v in losses.values()):
+        raise AggregationError(f"{path}: expected a JSON object whose \"losses\" maps each "
+                               "loss to its env_step, seed and value")
+    return losses
 
 
 def _config_files(root: Path) -> list[Path]:

@@ -11,12 +11,18 @@ The host arrays (a 1M-transition buffer is hundreds of MB per seed) go through `
 small orbax handler that streams each array to its own .npy file with a CRC-32: no copy of the
 buffer is made while saving, only its filled slots are written, and a truncated or corrupted
 file is detected on restore.
+
+Every array is verified on restore: `meta` records a CRC-32 of each device array's bytes, and
+one of `meta` itself, written with the checkpoint (the host arrays carry theirs in their
+index). A checkpoint whose bytes changed since (a flipped bit on disk, a file edited) is
+damaged like a truncated one: named, moved aside, and the one before it is restored.
 """
 
 import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -54,6 +60,28 @@ def _crc32(array: np.ndarray, crc: int = 0) -> int:
     for block in array:
         crc = _crc32(np.asarray(block), crc)
     return crc
+
+
+def array_crc32(array) -> int:
+    """CRC-32 of an array's bytes in C order, of any dtype (bfloat16, PRNG key data, 0-d)."""
+    return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+
+
+def device_digests(tree) -> dict[str, int]:
+    """The CRC-32 of every leaf of a device tree (PRNG keys as their data), by leaf path."""
+    leaves = jax.tree_util.tree_flatten_with_path(jax.device_get(keys_to_data(tree)))[0]
+    return {jax.tree_util.keystr(path): array_crc32(np.asarray(x)) for path, x in leaves}
+
+
+def meta_digest(meta: dict) -> int:
+    """CRC-32 of `meta` (less its own digest) as canonical JSON: what the checkpoint's meta
+    item holds, read back, gives the same number."""
+    body = {k: v for k, v in meta.items() if k != "meta_crc32"}
+    return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+class DigestMismatch(ValueError):
+    """A checkpoint's array or meta item whose bytes differ from those it was written with."""
 
 
 class HostArrays(ocp.CheckpointHandler):
@@ -176,11 +204,17 @@ def interrupts_deferred():
         os.kill(os.getpid(), signal.SIGINT)
 
 
+HALF_WRITTEN = re.compile(r"(\d+)\.orbax-checkpoint-tmp")  # orbax's name while it writes
+
+
 class Checkpointer:
     """Saves and restores `(device, host, meta)` triples by env step in `directory`."""
 
     def __init__(self, directory: str, keep: int = 2):
         self.directory = os.path.abspath(directory)
+        # Checkpoints a process stopped in the middle of writing, which orbax deletes on opening.
+        names = os.listdir(self.directory) if os.path.isdir(self.directory) else []
+        self.discarded = sorted(int(m[1]) for m in map(HALF_WRITTEN.match, names) if m)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=False, cleanup_tmp_directories=True
         )
@@ -193,8 +227,11 @@ class Checkpointer:
 
     def save(self, env_step: int, device, host: dict[str, np.ndarray], meta: dict) -> None:
         """Write the checkpoint of `env_step`; a Ctrl-C meanwhile stops the run after it. The
-        meta item records the device tree's layout, which a restore checks first."""
-        meta = {**meta, "device_layout": layout(device)}
+        meta item records the device tree's layout, which a restore checks first, the CRC-32s
+        of its arrays and its own."""
+        meta = {**meta, "device_layout": layout(device), "device_crc32": device_digests(device)}
+        meta = json.loads(json.dumps(meta))  # as it reads back: tuples as lists, say
+        meta["meta_crc32"] = meta_digest(meta)
         with interrupts_deferred():
             try:
                 self.manager.save(
@@ -214,11 +251,19 @@ class Checkpointer:
                 raise OSError(f"writing the checkpoint at env step {env_step} in "
                               f"{self.directory} failed ({first[:300]})") from None
 
-    def _check_layout(self, step: int, device_template) -> None:
+    def _read_meta(self, step: int) -> dict:
+        """The checkpoint's meta item; DigestMismatch where it is not what was written
+        (checkpoints written before meta recorded its CRC-32 are not checked)."""
+        meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        meta = meta["meta"]
+        if "meta_crc32" in meta and meta_digest(meta) != meta["meta_crc32"]:
+            raise DigestMismatch("its meta item does not match the CRC-32 written with it")
+        return meta
+
+    def _check_layout(self, step: int, meta: dict, device_template) -> None:
         """CheckpointMismatch when the checkpoint's recorded device layout is not the
         template's (checkpoints written before layouts were recorded are not checked)."""
-        meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        there = meta["meta"].get("device_layout")
+        there = meta.get("device_layout")
         if there is None:
             return
         here = layout(device_template)
@@ -232,7 +277,8 @@ class Checkpointer:
                 "written by, or start over under another --run_name")
 
     def _restore(self, step: int, device_template):
-        self._check_layout(step, device_template)
+        meta = self._read_meta(step)
+        self._check_layout(step, meta, device_template)
         template = keys_to_data(device_template)
         try:
             out = self.manager.restore(
@@ -240,14 +286,21 @@ class Checkpointer:
                 args=ocp.args.Composite(
                     device=ocp.args.StandardRestore(_abstract(template)),
                     host=HostArraysRestore(),
-                    meta=ocp.args.JsonRestore(),
                 ),
             )
         except ValueError as e:
             if "tree structures do not match" not in str(e):
                 raise
             out = self._restore_by_paths(step, template)
-        meta = {k: v for k, v in out["meta"].items() if k != "device_layout"}  # the caller's
+        written = meta.get("device_crc32")  # none in checkpoints written before it was recorded
+        if written is not None:
+            read = device_digests(out["device"])
+            differ = sorted(k for k in set(written) | set(read) if written.get(k) != read.get(k))
+            if differ:
+                raise DigestMismatch(f"{len(differ)} device array(s) do not match the CRC-32s "
+                                     f"written with them ({', '.join(differ[:3])})")
+        meta = {k: v for k, v in meta.items()  # the caller's
+                if k not in ("device_layout", "device_crc32", "meta_crc32")}
         return data_to_keys(out["device"], device_template), out["host"], meta
 
     def _restore_by_paths(self, step: int, template) -> dict:
@@ -256,8 +309,7 @@ class Checkpointer:
         `plasticity` without per-step methods) holds every array the template does, but orbax
         compares container structures too. A template leaf missing there is a mismatch."""
         out = self.manager.restore(step, args=ocp.args.Composite(
-            device=ocp.args.StandardRestore(), host=HostArraysRestore(),
-            meta=ocp.args.JsonRestore()))
+            device=ocp.args.StandardRestore(), host=HostArraysRestore()))
         paths, treedef = jax.tree_util.tree_flatten_with_path(template)
         leaves = []
         for path, like in paths:
@@ -278,9 +330,10 @@ class Checkpointer:
     def restore_latest(self, device_template):
         """The newest checkpoint that restores cleanly, as `(device, host, meta)`, or None.
 
-        A checkpoint that fails to restore (corrupt or truncated files) is reported on stderr,
-        moved aside to `corrupt_<step>` for inspection, and the one before it is tried. One that
-        holds another agent layout, or whose restore runs out of memory (host or XLA's
+        A checkpoint that fails to restore (corrupt or truncated files, or bytes that do not
+        match the CRC-32s written with them) is reported on stderr, moved aside to
+        `corrupt_<step>` for inspection, and the one before it is tried. One that holds
+        another agent layout, or whose restore runs out of memory (host or XLA's
         RESOURCE_EXHAUSTED) or meets an I/O error, is kept: CannotResume says why.
         """
         steps = self.steps()

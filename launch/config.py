@@ -23,6 +23,11 @@ from replay.buffer import MAX_CAPACITY
 
 RESUME_MODES = ("auto", "never", "must")
 HELP_FLAGS = {"help", "?", "helpshort", "helpfull", "helpxml"}
+# Seeds one process trains: it builds and steps their envs (two per seed) one after another on
+# one thread, so at 1,000 seeds building them took 1.6 to 6.4 minutes and each env step of all
+# seeds 28 ms (cheetah-run) to 0.5 s (dog-run), 8 to 143 hours of env stepping alone in 1M
+# steps, on a 2-core VM (`python benchmarks/env_cost.py`). More seeds go to more processes.
+MAX_SEEDS = 1000
 # Transitions one update call samples and transfers (seeds x utd x batch): 2**31 of them are
 # tens of GiB, far past any machine this runs on, and a count numpy's shapes still take.
 MAX_UPDATE_BATCH = 2**31
@@ -155,6 +160,11 @@ def validate(cfg: TrainConfig) -> None:
                  "buffer_capacity", "eval_every", "eval_episodes", "log_every",
                  "intervention_every", "checkpoint_every", "clip_ns_steps"):
         _positive(name, getattr(cfg, name))
+    if cfg.num_seeds > MAX_SEEDS:
+        raise ConfigError(f"--num_seeds={cfg.num_seeds:,} is more than one process trains: at "
+                          f"most {MAX_SEEDS:,} (it builds and steps two dm_control envs per seed, "
+                          "one after another); split the seeds over runs with --seed, as a "
+                          "sweep's --seeds_per_job does")
     if cfg.action_repeat > EPISODE_STEPS:
         raise ConfigError(f"--action_repeat must be from 1 to {EPISODE_STEPS} (an episode's "
                           f"control steps), got {cfg.action_repeat}")
@@ -435,7 +445,9 @@ def define_flags(defaults: TrainConfig) -> None:
                          "1M transitions, 1,006 MiB for dog's); by default that checkpoint "
                          "holds the trained agents, RNG states and counters, not the buffer.")
     flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
-                      "the run directory; never: refuse to touch one; must: fail if none.")
+                      "the run directory; never: refuse to touch one, but train one that "
+                      "diverged before its first checkpoint again from the start; must: fail "
+                      "if none.")
     flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
     define_dashboard_flags(d)
     flags.DEFINE_boolean("dry_run", False, "Make the checks a run makes before training "

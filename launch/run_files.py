@@ -28,6 +28,7 @@ CSV_HEADERS = {
     "interventions.csv": ("env_step", "seed", "kind", "network", "layer", "metric", "value"),
 }
 DIVERGED = "diverged.json"
+LOSS_WARNINGS = "loss_warnings.json"  # losses past launch.train.LOSS_LIMIT, first crossings
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "dm_control", "orbax-checkpoint", "numpy")
 
 
@@ -130,6 +131,22 @@ def read_config(run_dir: str) -> dict | None:
         raise CannotResume(f"{path} holds no JSON object; move the run directory away or use "
                            "another --run_name")
     return record
+
+
+def done_problem(path: str) -> str | None:
+    """Why a done.json cannot be read as the JSON object a finished run writes, or None."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:  # JSON and Unicode errors are ValueErrors
+        return f"{type(e).__name__}: {e}"
+    return None if isinstance(record, dict) else "it holds no JSON object"
+
+
+def is_finished(run_dir: str) -> bool:
+    """Whether the run directory holds a done.json that reads as a finished run's."""
+    path = os.path.join(run_dir, "done.json")
+    return os.path.exists(path) and done_problem(path) is None
 
 
 def _umask() -> int:

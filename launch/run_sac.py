@@ -4,7 +4,8 @@
 
 Results go to <logdir>/sac/<env>/<run_name>/ (config.json, eval.csv, train.csv,
 diagnostics.csv, interventions.csv, <seed>.txt, checkpoints/, done.json once finished or
-diverged.json when training diverged, and .lock, held while a process trains the run).
+diverged.json when training diverged, loss_warnings.json when a loss passed 1e10, and .lock,
+held while a process trains the run).
 """
 
 import dataclasses

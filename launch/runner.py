@@ -52,10 +52,9 @@ from launch.train import (
     TooLargeForMemory,
     Trainer,
     UnevenEpisodes,
-    check_state_fits,
+    check_fits,
     checkpoint_dirs,
     resume_state,
-    seed_init,
 )
 
 __all__ = ["ConfigError", "main"]
@@ -196,8 +195,14 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         signal.signal(signal.SIGTERM, _stop_at_episode_end(trainer))
         trainer.run()
     except Diverged as e:
-        kept = (f"the last good checkpoint is kept in {cfg.run_dir}/checkpoints"
-                if checkpoint_dirs(cfg.run_dir)[0] else "no checkpoint was written before it")
+        if e.resumed_from is not None:  # a damaged checkpoint would do this too: name it
+            kept = (f"{e.env_step - e.resumed_from} env step(s) after resuming from the "
+                    f"checkpoint at env step {e.resumed_from} "
+                    f"({cfg.run_dir}/checkpoints/{e.resumed_from}), which is kept")
+        elif checkpoint_dirs(cfg.run_dir)[0]:
+            kept = f"the last good checkpoint is kept in {cfg.run_dir}/checkpoints"
+        else:
+            kept = "no checkpoint was written before it"
         _fail(f"training diverged: {e}; {kept}", 1)
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 1)
@@ -263,16 +268,15 @@ def _same_command(cfg: TrainConfig) -> str:
 def _dry_run(cfg: TrainConfig, agent, warn_schedule) -> None:
     """--dry_run: the checks a run makes before it trains, its run directory's included (in
     use by another process, holding a run of other settings, a --resume mode that forbids
-    what is there, not writable), whether the agents' state fits this process's device, and
-    its warnings; it reads that directory and leaves nothing behind. Each failure exits as the
-    run would."""
+    what is there, not writable), whether the agents' states fit this process's device and
+    the whole run the host's memory (`check_fits`), and its warnings; it reads that directory
+    and leaves nothing behind. Each failure exits as the run would."""
     check_not_in_use(cfg.run_dir)
     state = resume_state(cfg, config_record(cfg, agent.config))
     if state != "done":  # a finished run is read only (it may be archived read-only)
         check_writable(cfg.run_dir, create=False)
-    env = make_env(cfg.env, cfg.seed, cfg.action_repeat)
     try:
-        check_state_fits(*seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim))
+        check_fits(agent, cfg, make_env(cfg.env, cfg.seed, cfg.action_repeat))
     except TooLargeForMemory as e:
         _fail(_too_large(e, cfg), 1)
     _warn(cfg, warn_schedule)
@@ -282,8 +286,7 @@ def _dry_run(cfg: TrainConfig, agent, warn_schedule) -> None:
 
 
 def _too_large(error: TooLargeForMemory, cfg: TrainConfig) -> str:
-    return (f"out of memory: {error}; the networks' sizes and --num_seeds set it: lower them; "
-            f"{_kept(cfg)}")
+    return f"out of memory: {error}; {error.advice}; {_kept(cfg)}"
 
 
 def _warn(cfg: TrainConfig, warn_schedule: Callable[[TrainConfig], str | None]) -> None:

@@ -13,7 +13,9 @@ failed or was interrupted, 2 bad flags or no sweep in the logdir (one line), 130
 stops following the jobs, not the jobs: --stop stops local ones, resumably).
 """
 
+import dataclasses
 import os
+import resource
 import sys
 
 import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
@@ -50,6 +52,7 @@ from launch.sweep_lib.submit import (
     collect,
     launch,
     launch_conflict,
+    machine_parallel,
     recorded_jobs,
     run_dir_conflict,
     select,
@@ -83,9 +86,17 @@ flags.DEFINE_string("logdir", "runs", "Results tree: <logdir>/<agent>/<env>/<run
                     "sweep's records and logs go to <logdir>/.sweep/.")
 flags.DEFINE_string("script_dir", DEFAULT_SCRIPT_DIR, "Folder holding run_<agent>.py.")
 flags.DEFINE_enum("executor", "local", list(EXECUTORS), "Where jobs run.")
-flags.DEFINE_integer("max_parallel", 1, "Local executor: jobs running at once.")
+flags.DEFINE_integer("max_parallel", 0, "Local executor: jobs running at once; 0: as many as "
+                     "the machine holds (one per core this process may use, fewer where the "
+                     "memory would not hold them).")
+flags.DEFINE_boolean("pin_cores", True, "Local executor: run each worker's jobs on their own "
+                     "share of the cores (CPU affinity), with XLA's CPU threads to match, "
+                     "instead of letting every job's threads use every core.")
 flags.DEFINE_integer("max_jobs", 10_000, "Refuse a grid of more jobs than this (a typo in "
                      "--seeds or seeds_per_job can ask for millions).", lower_bound=1)
+flags.DEFINE_integer("max_seed_runs", 100_000, "Refuse a grid of more seed-runs (one seed of one "
+                     "env, intervention and UTD; a job trains seeds_per_job of them) than this.",
+                     lower_bound=1)
 flags.DEFINE_boolean("no_wait", False, "Submit and exit instead of following the jobs.")
 flags.DEFINE_boolean("status", False, "Show each job's state and exit (no grid flags needed).")
 flags.DEFINE_boolean("retry_failed", False, "Launch failed jobs again too.")
@@ -133,6 +144,12 @@ def grid_jobs(trailing: list[str]) -> list[JobSpec]:
                          "check its envs, interventions, utds, seeds and seeds_per_job (each "
                          "job trains seeds_per_job seeds, all of them when 0), or raise "
                          "--max_jobs")
+    seed_runs = sum(grid.seed_run_count() for grid in grids)
+    if seed_runs > FLAGS.max_seed_runs:
+        raise SweepError(f"the grid has {seed_runs:,} seed-runs (each seed of each env, "
+                         "intervention and UTD), more than --max_seed_runs="
+                         f"{FLAGS.max_seed_runs:,}; check its envs, interventions, utds and "
+                         "seeds, or raise --max_seed_runs")
     return expand(grids)
 
 
@@ -151,7 +168,14 @@ def executor_options() -> ExecutorOptions:
         cpus_per_task=FLAGS.cpus_per_task, mem_gb=FLAGS.mem_gb,
         array_parallelism=FLAGS.array_parallelism, max_requeues=FLAGS.max_requeues,
         signal_delay_s=FLAGS.signal_delay_s, job_name=FLAGS.job_name,
-        compilation_cache=FLAGS.compilation_cache)
+        compilation_cache=FLAGS.compilation_cache, pin_cores=FLAGS.pin_cores)
+
+
+def children_peak_memory() -> int:
+    """The largest resident memory a process this one started and waited for reached (the run
+    scripts' dry runs: each with its libraries loaded), in bytes."""
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux counts kilobytes
 
 
 def unrecorded(paths: SweepPaths) -> None:
@@ -246,6 +270,10 @@ def run(trailing: list[str]) -> int:
                   f"{options.kind}")
             if not FLAGS.retry_failed and any(s.state == "failed" for s in statuses.values()):
                 print("failed jobs are left alone; --retry_failed runs them again")
+            if todo and options.kind == "local" and not options.max_parallel:
+                parallel, why = machine_parallel(todo, children_peak_memory())
+                options = dataclasses.replace(options, max_parallel=parallel)
+                print(f"running {parallel} at once ({why}; --max_parallel sets it)")
             if todo:
                 JOBS_GO_ON.append(True)  # a Ctrl-C from here on leaves the launched jobs going
                 launch_id = launch(todo, paths, options)

@@ -9,6 +9,7 @@ whenever its minibatches do not need that step's transition, and computes while 
 (`Trainer.step_and_update`).
 """
 
+import csv
 import dataclasses
 import json
 import os
@@ -23,20 +24,33 @@ from tqdm import tqdm
 
 from agents import Agent
 from agents.common import Batch
-from envs import make_vector_env
+from envs import make_env, make_vector_env
 from launch import ctrl_c, dashboards
 from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
 from launch.config import DASHBOARD_FIELDS, ConfigError, TrainConfig
 from launch.events import Intervention, build_intervention, intervention_plan, with_hooks
+from launch.memory import (
+    buffer_nbytes,
+    cgroup_memory_limit,
+    env_nbytes,
+    host_memory_bytes,
+    physical_memory_bytes,
+    process_memory_bytes,
+    sized,
+)
 from launch.run_files import (
+    DIVERGED,
+    LOSS_WARNINGS,
     CannotResume,
     RunFiles,
     config_record,
+    done_problem,
     flat_settings,
     read_config,
     with_added_settings,
     with_resolved_settings,
+    write_json,
 )
 from replay import ReplayBuffer
 
@@ -71,6 +85,7 @@ class Diverged(RuntimeError):
     def __init__(self, what: str, env_step: int, seed: int):
         super().__init__(f"{what} at env step {env_step} for seed {seed}")
         self.what, self.env_step, self.seed = what, env_step, seed
+        self.resumed_from: int | None = None  # the checkpoint's env step, if none came since
 
 
 class UnevenEpisodes(RuntimeError):
@@ -79,8 +94,14 @@ class UnevenEpisodes(RuntimeError):
 
 class TooLargeForMemory(RuntimeError):
     """The agent's state alone (every seed's parameters, target networks and optimizer
-    moments) is larger than the memory of the device it trains on: found by tracing the
-    initialisation, before anything is compiled or allocated."""
+    moments) is larger than the memory of the device it trains on (found by tracing the
+    initialisation, before anything is compiled or allocated), or the run's replay buffer,
+    envs and states are larger than the host's memory. `advice`: the flags that set it."""
+
+    def __init__(self, message: str,
+                 advice: str = "the networks' sizes and --num_seeds set it: lower them"):
+        super().__init__(message)
+        self.advice = advice
 
 
 def device_memory_bytes(device: jax.Device) -> int | None:
@@ -94,46 +115,12 @@ def device_memory_bytes(device: jax.Device) -> int | None:
     if stats and stats.get("bytes_limit"):
         return int(stats["bytes_limit"])
     if device.platform == "cpu":
-        try:
-            physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (AttributeError, ValueError, OSError):
+        physical = physical_memory_bytes()
+        if physical is None:
             return None
         limit = cgroup_memory_limit()  # a container's or a SLURM job's (--mem), if smaller
         return physical if limit is None else min(physical, limit)
     return None
-
-
-def cgroup_memory_limit(proc_cgroup: str = "/proc/self/cgroup",
-                        root: str = "/sys/fs/cgroup") -> int | None:
-    """The smallest memory limit set on this process's cgroup or an ancestor of it (cgroup v2
-    `memory.max`, v1 `memory.limit_in_bytes`), or None where none is set or none can be read."""
-    try:
-        with open(proc_cgroup) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    limits = []
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        if controllers == "":
-            base, name = root, "memory.max"
-        elif "memory" in controllers.split(","):
-            base, name = os.path.join(root, "memory"), "memory.limit_in_bytes"
-        else:
-            continue
-        folders = [folder for folder in path.split("/") if folder]
-        for depth in range(len(folders), -1, -1):  # the cgroup, then each ancestor
-            try:
-                with open(os.path.join(base, *folders[:depth], name)) as f:
-                    text = f.read().strip()
-            except OSError:
-                continue
-            if text.isdigit():  # v2 writes "max" where no limit is set
-                limits.append(int(text))
-    return min(limits) if limits else None
 
 
 def tree_nbytes(tree) -> int:
@@ -159,17 +146,18 @@ def _told_apart(need: int, have: int) -> tuple[str, str]:
 
 
 def seed_init(agent: Agent, seeds, obs_dim: int, act_dim: int):
-    """The jitted, seed-vmapped `agent.init` and the seeds' keys it initialises them from."""
-    keys = jnp.stack([jax.random.key(s) for s in seeds])
+    """The jitted, seed-vmapped `agent.init` and the seeds' keys it initialises them from:
+    `jax.random.key(s)` of each seed s (below 2**32), made in one vectorised call."""
+    keys = jax.vmap(jax.random.key)(np.asarray(seeds, dtype=np.uint32))
     return jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim))), keys
 
 
-def check_state_fits(init_fn, init_keys: jax.Array) -> None:
+def check_state_fits(init_fn, init_keys: jax.Array) -> int:
     """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make
     cannot fit on the default device. Only traces `init_fn` (the trace is the one its first
     call uses): XLA can compile networks far too large for a GPU's memory for over a minute
     before failing, so they are refused here. What an update holds beyond the state is left to
-    the allocation that fails."""
+    the allocation that fails. Returns the state's bytes."""
     need = tree_nbytes(jax.eval_shape(init_fn, init_keys))
     device = jax.devices()[0]
     have = device_memory_bytes(device)
@@ -179,6 +167,46 @@ def check_state_fits(init_fn, init_keys: jax.Array) -> None:
             f"the agent's state (parameters, target networks and optimizer moments) of "
             f"{init_keys.shape[0]} seed(s) takes {sizes[0]}, more than the "
             f"{device.platform.upper()}'s {sizes[1]}")
+    return need
+
+
+def check_fits(agent: Agent, cfg: TrainConfig, env) -> tuple[Any, jax.Array]:
+    """`seed_init` for the run, after refusing (TooLargeForMemory) one whose agent states do
+    not fit its device (`check_state_fits`) or whose replay buffer, envs (two per seed) and, on
+    a CPU, states do not fit the host's memory with what this process holds already. Takes the
+    dimensions and sizes from `env`, one env of the run's task, so it runs before the run's
+    envs are built (minutes for a thousand seeds) and before anything compiles."""
+    init_fn, init_keys = seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim)
+    states = check_state_fits(init_fn, init_keys)
+    device = jax.devices()[0]
+    # On a CPU the device's memory is the host's (device_memory_bytes says so, or nothing).
+    have = device_memory_bytes(device) if device.platform == "cpu" else host_memory_bytes()
+    transitions = min(cfg.buffer_capacity, cfg.max_steps)
+    parts = {
+        f"the replay buffer ({cfg.num_seeds:,} seed(s) x {transitions:,} transitions, the "
+        "smaller of --buffer_capacity and --max_steps)":
+            buffer_nbytes(cfg.num_seeds, transitions, env.obs_dim, env.act_dim),
+        f"{2 * cfg.num_seeds:,} dm_control envs (training and evaluation)":
+            2 * cfg.num_seeds * env_nbytes(env),
+        "the agents' states": states if device.platform == "cpu" else 0,
+        "this process so far": process_memory_bytes(),
+    }
+    need = sum(parts.values())
+    if have is not None and need > have:
+        shown = ", ".join(f"{what} {sized(n)}" for what, n in parts.items() if n)
+        sizes = _told_apart(need, have)
+        raise TooLargeForMemory(
+            f"the run needs about {sizes[0]} of host memory, more than the host's {sizes[1]}: "
+            f"{shown}",
+            advice="lower --num_seeds, --buffer_capacity or --max_steps")
+    return init_fn, init_keys
+
+
+# A finite loss whose magnitude passes this is warned about and recorded: DMC's rewards are at
+# most 1 per control step, so with the discount 0.99 a return is at most 100 x the action
+# repeat, and a squared TD error at most (200 x the action repeat)**2, 4e4 at action repeat 1.
+# A loss past 1e10 is far past any bound the tasks set: it grows without one.
+LOSS_LIMIT = 1e10
 
 
 class Stopped(RuntimeError):
@@ -307,18 +335,91 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
                               for k in differ[:3])
             raise ConfigError(f"{cfg.run_dir} holds a run with different settings ({shown}); "
                               "use another --run_name or --logdir")
+    diverged = (_diverged_record(cfg.run_dir)
+                if existing is not None and not has_checkpoint and not corrupt else None)
     if cfg.resume == "never" and existing is not None:
+        if diverged is not None:  # nothing to resume: it trains again from the start
+            return "fresh"
         raise ConfigError(f"--resume=never but {cfg.run_dir} already holds a run; "
                           "use another --run_name or --logdir")
     if corrupt and not has_checkpoint:
         raise ConfigError(f"every checkpoint of {cfg.run_dir} failed to restore earlier and was "
                           f"moved aside ({', '.join(corrupt)}); starting over would overwrite its "
                           "logs, so move the run directory away to start it again")
+    if diverged is not None:
+        raise ConfigError(f"{cfg.run_dir} diverged before its first checkpoint ({diverged}); "
+                          "training it again starts it over from env step 0, overwriting its "
+                          "logs: run the same command with --resume=never to do that")
     if cfg.resume == "must" and not has_checkpoint:
         raise ConfigError(f"--resume=must but there is no checkpoint in {ckpt_dir}")
-    if os.path.exists(os.path.join(cfg.run_dir, "done.json")) and existing is not None:
-        return "done"
+    if existing is not None and os.path.exists(os.path.join(cfg.run_dir, "done.json")):
+        return _finished_state(cfg, steps)
     return "resume" if has_checkpoint else "fresh"
+
+
+def _diverged_record(run_dir: str) -> str | None:
+    """What diverged.json says (its cause, step and seed), or None where there is none."""
+    path = os.path.join(run_dir, DIVERGED)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        return f"{record['what']} at env step {record['env_step']} for seed {record['seed']}"
+    except (OSError, ValueError, KeyError, TypeError):  # written by hand, cut short
+        return f"{path} records it"
+
+
+def _finished_state(cfg: TrainConfig, steps: list[str]) -> str:
+    """"done" for a finished run whose done.json reads as a JSON object. One that does not is
+    not taken as finished: said on stderr, its newest checkpoint and eval.csv are checked
+    instead. "resume" where they show where it stands: before --max_steps it trains on; at
+    --max_steps, with eval.csv's rows there for every seed, the restore checks that checkpoint
+    and the logs and writes done.json again. ConfigError where neither can tell."""
+    path = os.path.join(cfg.run_dir, "done.json")
+    problem = done_problem(path)
+    if problem is None:
+        return "done"
+    newest = max((int(step) for step in steps), default=None)
+    said = f"{path} cannot be read ({problem}), so the run is not taken as finished"
+    if newest is None:
+        raise ConfigError(f"{said}, and it holds no checkpoint to tell where it stands: restore "
+                          "done.json, or move the run directory away to train it again")
+    if newest < cfg.max_steps:
+        print(f"warning: {said}: its newest checkpoint is at env step {newest}, before "
+              f"--max_steps={cfg.max_steps}, so it trains on from there", file=sys.stderr)
+        return "resume"
+    missing = _seeds_not_evaluated(cfg, newest)
+    if missing:
+        raise ConfigError(f"{said}, and its eval.csv has no row at env step {newest} (its final "
+                          f"checkpoint's) for seeds {missing}: restore done.json and eval.csv, or "
+                          "move the run directory away to train it again")
+    print(f"warning: {said}: its final checkpoint (env step {newest}) and eval.csv's rows at "
+          "that step say it finished; restoring that checkpoint checks it and the logs, then "
+          "done.json is written again", file=sys.stderr)
+    return "resume"
+
+
+def _seeds_not_evaluated(cfg: TrainConfig, env_step: int) -> list[int]:
+    """The run's seeds that eval.csv has no row for at `env_step` (all where it is unreadable)."""
+    try:
+        with open(os.path.join(cfg.run_dir, "eval.csv"), newline="") as f:
+            seen = {row.get("seed") for row in csv.DictReader(f)
+                    if row.get("env_step") == str(env_step)}
+    except (OSError, UnicodeDecodeError, csv.Error):
+        seen = set()
+    return [seed for seed in cfg.seeds if str(seed) not in seen]
+
+
+def _loss_warnings(run_dir: str) -> dict:
+    """The losses LOSS_WARNINGS records ({} where there is none or it cannot be read)."""
+    try:
+        with open(os.path.join(run_dir, LOSS_WARNINGS)) as f:
+            losses = json.load(f).get("losses", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {k: v for k, v in losses.items() if isinstance(v, dict)} \
+        if isinstance(losses, dict) else {}
 
 
 class Trainer:
@@ -329,6 +430,9 @@ class Trainer:
         agent = with_hooks(agent, self.plan)
         self.agent, self.cfg = agent, cfg
         seeds = cfg.seeds
+        # Checked with one env of the task before the run's envs (two per seed) are built.
+        self.init_fn, self.init_keys = check_fits(
+            agent, cfg, make_env(cfg.env, cfg.seed, cfg.action_repeat))
         self.env = make_vector_env(cfg.env, seeds, cfg.action_repeat)
         self.eval_env = make_vector_env(cfg.env, [s + cfg.eval_seed_offset for s in seeds],
                                         cfg.action_repeat)
@@ -336,8 +440,6 @@ class Trainer:
         self.buffer = ReplayBuffer(len(seeds), cfg.buffer_capacity, self.obs_dim, self.act_dim,
                                    seed=cfg.seed)
         self.random_actions = np.random.default_rng([cfg.seed, 1])
-        self.init_fn, self.init_keys = seed_init(agent, seeds, self.obs_dim, self.act_dim)
-        check_state_fits(self.init_fn, self.init_keys)
         self.update_step, self.next_actions, self.eval_act = make_step_fns(agent)
         self.update_during_env_step = True  # False: always after it (tests compare the two)
         self.prefetched: Prefetched | None = None
@@ -349,6 +451,8 @@ class Trainer:
         self.record = config_record(cfg, agent.config)
         self.checkpointer = Checkpointer(os.path.join(cfg.run_dir, "checkpoints"))
         self.last_checkpoint = 0
+        self.resumed_from: int | None = None  # the checkpoint resumed from, until the next one
+        self.loss_warnings: dict = {}  # LOSS_WARNINGS's losses: {name: first crossing}
         self.stop_requested = False  # set (by a SIGTERM handler) to stop at an episode end
         self.files = None
         self.check_finite = jax.jit(lambda tree: jax.tree.map(
@@ -477,7 +581,9 @@ class Trainer:
     def log_train(self, loop: Loop) -> None:
         if loop.metric_count == 0:
             return
-        self.files.write_train(loop.env_step, self.metric_means(loop))
+        means = self.metric_means(loop)
+        self.files.write_train(loop.env_step, means)
+        self.check_losses(loop.env_step, means)
         self.check_divergence(loop)
         loop.metric_sums = jax.tree.map(jnp.zeros_like, loop.metric_sums)
         loop.metric_count = 0
@@ -485,6 +591,32 @@ class Trainer:
     def metric_means(self, loop: Loop) -> dict[str, np.ndarray]:
         sums = jax.device_get(loop.metric_sums)
         return {name: np.asarray(v) / max(loop.metric_count, 1) for name, v in sums.items()}
+
+    def check_losses(self, env_step: int, means: dict[str, np.ndarray]) -> None:
+        """Warn once per loss whose finite mean passes LOSS_LIMIT in magnitude (a loss that
+        grows without bound: the run is most likely broken, though not yet NaN), and record
+        its first crossing (env step, seed, value) in the run directory's LOSS_WARNINGS."""
+        for name, values in sorted(means.items()):
+            if not name.endswith("loss") or name in self.loss_warnings:
+                continue
+            past = np.flatnonzero(np.isfinite(values) & (np.abs(values) > LOSS_LIMIT))
+            if not past.size:
+                continue
+            seed, value = self.cfg.seeds[past[0]], float(values[past[0]])
+            self.loss_warnings[name] = {"env_step": env_step, "seed": seed, "value": value}
+            self.write_loss_warnings()
+            tqdm.write(f"warning: {name} of seed {seed} is {value:.3g} at env step {env_step}, "
+                       f"past {LOSS_LIMIT:.0e}: a loss that grows without bound usually means "
+                       "a broken run; recorded in "
+                       f"{os.path.join(self.cfg.run_dir, LOSS_WARNINGS)}", file=sys.stderr)
+
+    def write_loss_warnings(self) -> None:
+        """LOSS_WARNINGS as `loss_warnings` has it (removed where it is empty)."""
+        path = os.path.join(self.cfg.run_dir, LOSS_WARNINGS)
+        if self.loss_warnings:
+            write_json(path, {"limit": LOSS_LIMIT, "losses": self.loss_warnings}, indent=2)
+        elif os.path.exists(path):
+            os.remove(path)
 
     def check_divergence(self, loop: Loop) -> None:
         """Raise Diverged naming the first loss or parameter with a NaN or inf, and its seed."""
@@ -550,6 +682,7 @@ class Trainer:
         }
         self.checkpointer.save(loop.env_step, device, host, meta)
         self.last_checkpoint = loop.env_step
+        self.resumed_from = None
 
     def restore(self, template: Loop) -> Loop | None:
         """The loop of the newest good checkpoint, with buffer, envs and log files rewound."""
@@ -592,6 +725,8 @@ class Trainer:
         self.random_actions.bit_generator.state = meta["random_actions"]
         self.files.truncate_to(meta["offsets"])
         self.last_checkpoint = meta["env_step"]
+        self.loss_warnings = {name: first for name, first in _loss_warnings(self.cfg.run_dir)
+                              .items() if first.get("env_step", 0) <= meta["env_step"]}
         return Loop(
             env_step=meta["env_step"],
             states=device["states"],
@@ -607,6 +742,7 @@ class Trainer:
     def start(self) -> Loop:
         """A fresh loop, or the one resumed from the newest good checkpoint."""
         has_checkpoint = bool(self.checkpointer.steps())
+        started_before = os.path.exists(os.path.join(self.cfg.run_dir, "config.json"))
         self.prefetched = None
         self.files = RunFiles(self.cfg.run_dir, self.cfg.seeds, fresh=not has_checkpoint,
                               dashboards=dashboards.for_config(self.cfg))
@@ -615,8 +751,18 @@ class Trainer:
         if has_checkpoint:
             loop = self.restore(loop)
             print(f"resumed from the checkpoint at env step {loop.env_step}", file=sys.stderr)
+            self.resumed_from = loop.env_step
             record = self.with_earlier_versions(record, loop.env_step)
+        elif self.checkpointer.discarded:  # its logs were emptied above
+            steps = ", ".join(map(str, self.checkpointer.discarded))
+            print(f"the checkpoint at env step {steps} of {self.cfg.run_dir} was half-written "
+                  "when the run stopped and is discarded; with no complete checkpoint, the run "
+                  "starts over from env step 0", file=sys.stderr)
+        elif started_before:
+            print(f"{self.cfg.run_dir} holds no checkpoint (the run stopped before its first "
+                  "one), so the run starts over from env step 0", file=sys.stderr)
         self.files.forget_end()  # once restored: a failed resume leaves the files as they were
+        self.write_loss_warnings()  # as restored (none for a fresh start)
         self.files.write_config(record)
         self.files.open_dashboards(record, loop.env_step)
         return loop
@@ -707,9 +853,12 @@ class Trainer:
             if self.last_checkpoint != loop.env_step:
                 self.save(loop)
         except Diverged as e:  # recorded in the run directory, where aggregation looks
+            e.resumed_from = self.resumed_from
+            resumed = {} if e.resumed_from is None else {"resumed_from": e.resumed_from}
             if self.files is not None:
                 self.files.write_diverged({"env_step": e.env_step, "seed": e.seed,
-                                           "what": e.what, "seeds_stopped": cfg.seeds})
+                                           "what": e.what, "seeds_stopped": cfg.seeds,
+                                           **resumed})
             raise
         finally:  # the bar's last redraw comes before any error message, not after it
             bar.close()

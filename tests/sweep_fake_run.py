@@ -5,7 +5,7 @@ contract's flags, writes the contract's files under <logdir>/<agent>/<env>/<run_
 checkpoints every --checkpoint_every steps (a marker file per checkpoint), resumes from the
 latest one with --resume=auto (cutting its logs back to it and noting the step in
 resumes.txt) and exits 0 at once on a finished run, or with --dry_run once its flags parse
-(after --dry_run_s seconds).
+(after --dry_run_s seconds). It prints the cores it may run on and its PJRT_NPROC.
 Training is simulated: each env step sleeps --step_s seconds; the return of seed s at step t
 is a fixed function of the run's settings. --fail_at=N exits 1 with a one-line message when it
 reaches step N (only while the file --fail_while_exists names exists, if given). A SIGTERM
@@ -110,6 +110,8 @@ def main(argv: list[str]) -> int:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     print(f"fake {agent}: {run_dir} from step {start}", file=sys.stderr, flush=True)
+    print(f"cores {','.join(map(str, sorted(os.sched_getaffinity(0))))} "
+          f"PJRT_NPROC={os.environ.get('PJRT_NPROC', '')}", flush=True)
     for step in range(start + 1, args.max_steps + 1):
         time.sleep(args.step_s)
         if step == args.fail_at and (not args.fail_while_exists

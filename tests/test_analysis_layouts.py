@@ -53,6 +53,20 @@ def test_project_runs_are_found_at_any_depth_one_run_per_seed(tmp_path):
     assert [r.run_id for r in single] == ["b/seed0"]
 
 
+def test_a_loss_past_the_trainers_limit_is_warned_about_and_its_runs_kept(tmp_path):
+    run_dir = write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0), 1: curve(1)},
+                                num_seeds=2)
+    (run_dir / "loss_warnings.json").write_text(json.dumps({"limit": 1e10, "losses": {
+        "critic_loss": {"env_step": 20_000, "seed": 1, "value": 1.25e26}}}))
+    with pytest.warns(AggregationWarning, match=r"a: critic_loss of seed 1 reached 1.25e\+26 at "
+                      r"env step 20000 \(loss_warnings.json\): a loss that grows without bound"):
+        _, runs = load_runs(tmp_path)
+    assert len(runs) == 2
+    (run_dir / "loss_warnings.json").write_text('{"losses": {"critic_loss": 3}}')
+    with pytest.raises(AggregationError, match="loss_warnings.json: expected a JSON object"):
+        load_runs(tmp_path)
+
+
 def test_missing_seeds_in_a_project_run_warn(tmp_path):
     write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0)}, num_seeds=3)
     with pytest.warns(AggregationWarning, match="1 of num_seeds=3 seeds"):

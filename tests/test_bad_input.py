@@ -47,6 +47,8 @@ CASES = {
                          "(2,147,483,647), the largest array dimension, got 2,147,483,648"),
     "seeds past 2**32": (["--seed=4294967290", "--num_seeds=2"], "give env seeds up to "
                          "4294967333; dm_control takes seeds below 2**32"),
+    "more seeds than a process trains": (["--num_seeds=10000", "--dry_run"], "--num_seeds=10,000 "
+                                         "is more than one process trains: at most 1,000"),
     "non-positive max_steps": (["--max_steps=0"], "--max_steps must be positive"),
     "non-positive eval interval": (["--eval_every=0"], "--eval_every must be positive"),
     "non-positive intervention interval": (["--intervention=reset", "--intervention_every=-5"],
@@ -287,6 +289,65 @@ def test_the_state_size_check_counts_every_byte_and_refuses_only_past_the_memory
         train.check_state_fits(init_fn, keys)
     monkeypatch.setattr(train, "device_memory_bytes", lambda device: None)  # not known: no check
     train.check_state_fits(init_fn, keys)
+
+
+def test_the_seeds_keys_are_each_seeds_own_key_from_one_call():
+    agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(8, 8)))
+    seeds = [0, 1, 2**31 - 1, 2**31, 2**32 - 1]
+    _, keys = train.seed_init(agent, seeds, 5, 2)
+    expected = [jax.random.key_data(jax.random.key(s)) for s in seeds]
+    assert jax.random.key_data(keys).tolist() == [k.tolist() for k in expected]
+
+
+def test_the_memory_check_counts_buffer_envs_states_and_process_before_building_envs(
+        monkeypatch):
+    """The host's memory against the replay buffer's filled slots (computed here from its
+    dtypes), two envs per seed (MuJoCo's model and data buffers), the states and the process."""
+    from envs import make_env
+
+    agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(8, 8)))
+    cfg = TrainConfig(env="cartpole-swingup", num_seeds=3, max_steps=5000,
+                      buffer_capacity=100_000)
+    env = make_env(cfg.env, 0)
+    physics = env.env.physics
+    init_fn, keys = train.seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim)
+    states = train.tree_nbytes(jax.eval_shape(init_fn, keys))
+    slot = 5 * 4 + 1 * 4 + 4 + 1 + 1 + 4  # obs, action, reward, 2 flags, final ordinal
+    need_envs = 2 * 3 * (physics.model.nbuffer + physics.data.nbuffer)
+    need = 3 * 5000 * slot + need_envs + states + 2**28
+    monkeypatch.setattr(train, "process_memory_bytes", lambda: 2**28)
+    monkeypatch.setattr(train, "device_memory_bytes", lambda device: need)
+    train.check_fits(agent, cfg, env)
+    monkeypatch.setattr(train, "device_memory_bytes", lambda device: need - 1)
+    with pytest.raises(train.TooLargeForMemory, match=(
+            rf"the run needs about {need:,} bytes of host memory, more than the host's "
+            rf"{need - 1:,} bytes: the replay buffer \(3 seed\(s\) x 5,000 transitions, the "
+            rf"smaller of --buffer_capacity and --max_steps\) 1 MiB, 6 dm_control envs "
+            rf"\(training and evaluation\) {round(need_envs / 2**20)} MiB, the agents' states "
+            r"1 MiB, this process so far 256 MiB$")) as refused:
+        train.check_fits(agent, cfg, env)
+    assert refused.value.advice == "lower --num_seeds, --buffer_capacity or --max_steps"
+    monkeypatch.setattr(train, "device_memory_bytes", lambda device: None)  # not known
+    train.check_fits(agent, cfg, env)
+
+
+def test_a_run_too_large_for_the_hosts_memory_is_refused_before_its_envs_are_built(tmp_path):
+    """1,000 seeds' envs alone are more than 2 GiB, the memory this run is given."""
+    code = ("import runpy, sys, launch.train as t\n"
+            "t.device_memory_bytes = lambda device: 2**31\n"
+            "t.make_vector_env = None  # building the envs would fail\n"
+            "sys.argv = sys.argv[1:]\n"
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code, script("run_sac.py"), *FAST_SAC,
+                           "--num_seeds=1000", "--buffer_capacity=1000", "--eval_seed_offset=1000",
+                           f"--logdir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"error: out of memory: the run needs about [\d.,]+ GiB of host memory, "
+                        r"more than the host's 2.0 GiB: .*2,000 dm_control envs .*; lower "
+                        r"--num_seeds, --buffer_capacity or --max_steps; no checkpoint was "
+                        r"written", last), last
 
 
 def test_a_run_directory_whose_lock_cannot_be_opened_is_unwritable(tmp_path):

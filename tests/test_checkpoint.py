@@ -1,8 +1,10 @@
-"""Checkpointer: exact round trip (typed PRNG keys included), keep-last-2, and corrupt files
-detected with a fall back to the previous checkpoint."""
+"""Checkpointer: exact round trip (typed PRNG keys included), keep-last-2, and corrupt files or
+bytes that differ from their digests detected with a fall back to the previous checkpoint."""
 
+import json
 import os
 import signal
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -214,6 +216,99 @@ def test_a_read_error_reported_by_tensorstore_keeps_the_checkpoint(saved, monkey
     monkeypatch.setattr(saved, "_restore", raising(missing))
     with pytest.raises(CheckpointCorrupt):
         saved.restore_latest(device_tree(0.0))
+
+
+def flip_byte(path: str, offset: int) -> None:
+    """Flip every bit of the byte at `offset` of the file (its size stays as it is)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def random_device_tree(step: int):
+    """Arrays of random floats (little to compress), so that a flipped byte in their data
+    files decodes to other numbers, not to an error."""
+    weights = np.random.default_rng(step).standard_normal((64, 64), dtype=np.float32)
+    return {"params": {"w": jnp.asarray(weights)}, "rng": jax.random.key(step),
+            "step": jnp.int32(step)}
+
+
+@pytest.fixture
+def saved_random(tmp_path):
+    ckpt = Checkpointer(str(tmp_path / "checkpoints"))
+    for step in (1, 2):
+        ckpt.save(step, random_device_tree(step), host_arrays(step), {"env_step": step,
+                                                                     "offsets": {"eval.csv": 7}})
+    return ckpt
+
+
+def test_a_flipped_byte_in_the_device_arrays_is_caught_by_their_digest(saved_random, capsys):
+    """A flip inside orbax's data files restores as other numbers, without an error of its
+    own: the CRC-32s that meta records of each device array catch it."""
+    data = os.path.join(saved_random.directory, "2", "device")
+    files = [os.path.join(root, name) for root, _, names in os.walk(data) for name in names
+             if os.sep + "d" + os.sep in os.path.join(root, name) + os.sep]
+    biggest = max(files, key=os.path.getsize)
+    assert os.path.getsize(biggest) > 64 * 64 * 3  # the weights' data
+    flip_byte(biggest, os.path.getsize(biggest) // 2)
+    device, _, meta = saved_random.restore_latest(random_device_tree(0))
+    assert meta["env_step"] == 1
+    assert_bit_identical(device, random_device_tree(1))
+    err = capsys.readouterr().err
+    assert "checkpoint at env step 2" in err and "DigestMismatch" in err
+    assert "['params']['w']" in err and "CRC-32" in err
+    assert saved_random.steps() == [1]
+    assert os.path.isdir(os.path.join(saved_random.directory, "corrupt_2"))
+
+
+@pytest.mark.parametrize("old, new", [(b'"eval.csv": 7', b'"eval.csv": 9'),
+                                      (b'"meta_crc32": ', b'"meta_crc32":-')],
+                         ids=["a value", "its own digest"])
+def test_meta_that_still_reads_as_json_but_changed_is_caught_by_its_digest(saved_random, capsys,
+                                                                          old, new):
+    """A flipped digit in meta (a log offset, say) is valid JSON holding another number: a
+    resume would cut the logs at the wrong place. Its CRC-32 catches it, and one of the digest
+    itself too."""
+    path = os.path.join(saved_random.directory, "2", "meta", "metadata")
+    with open(path, "rb") as f:
+        text = f.read()
+    assert text.count(old) == 1
+    with open(path, "wb") as f:
+        f.write(text.replace(old, new))
+    _, _, meta = saved_random.restore_latest(random_device_tree(0))
+    assert meta == {"env_step": 1, "offsets": {"eval.csv": 7}}
+    err = capsys.readouterr().err
+    assert "checkpoint at env step 2" in err and "its meta item does not match" in err
+    assert saved_random.steps() == [1]
+
+
+def test_every_array_and_meta_carry_a_digest_checked_against_an_independent_one(saved_random):
+    """The digests meta records are zlib's CRC-32 of each array's bytes, computed here from
+    the arrays saved, and meta's of its own canonical JSON."""
+    with open(os.path.join(saved_random.directory, "2", "meta", "metadata")) as f:
+        meta = json.load(f)
+    tree = random_device_tree(2)
+    expected = {"['params']['w']": zlib.crc32(np.asarray(tree["params"]["w"]).tobytes()),
+                "['rng']": zlib.crc32(np.asarray(jax.random.key_data(tree["rng"])).tobytes()),
+                "['step']": zlib.crc32(np.int32(2).tobytes())}
+    assert meta["device_crc32"] == expected
+    body = {k: v for k, v in meta.items() if k != "meta_crc32"}
+    assert meta["meta_crc32"] == zlib.crc32(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def test_a_checkpoint_written_before_digests_were_recorded_restores_unchecked(saved_random):
+    path = os.path.join(saved_random.directory, "2", "meta", "metadata")
+    with open(path) as f:
+        meta = json.load(f)
+    del meta["device_crc32"], meta["meta_crc32"]
+    with open(path, "w") as f:
+        json.dump(meta, f)
+    device, _, meta = saved_random.restore_latest(random_device_tree(0))
+    assert meta["env_step"] == 2
+    assert_bit_identical(device, random_device_tree(2))
 
 
 def test_a_checkpoint_without_a_later_empty_container_restores_into_the_new_state(saved):

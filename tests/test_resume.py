@@ -455,3 +455,142 @@ def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, r
     checkpoints = run_dir(tmp_path, "none") / "checkpoints"
     assert not checkpoints.exists() or not [n for n in os.listdir(checkpoints) if n.isdigit()]
 
+
+
+def flip_byte(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def damage(checkpoint, part):
+    """Change the checkpoint's bytes in place, sizes kept: a byte of the agents' arrays (in
+    orbax's data files), of the replay buffer's observations, or a digit of meta's env step
+    (still valid JSON)."""
+    if part == "device":
+        files = [os.path.join(root, name) for root, _, names in os.walk(checkpoint / "device")
+                 for name in names if os.path.basename(root) == "d"]
+        biggest = max(files, key=os.path.getsize)
+        flip_byte(biggest, os.path.getsize(biggest) // 2)
+    elif part == "host":
+        index = json.loads((checkpoint / "host" / "index.json").read_text())
+        path = checkpoint / "host" / index["buffer/observations"]["file"]
+        flip_byte(path, os.path.getsize(path) - 40)
+    else:
+        path = checkpoint / "meta" / "metadata"
+        text = path.read_text()
+        assert text.count('"env_step": 250') == 1
+        path.write_text(text.replace('"env_step": 250', '"env_step": 251'))
+
+
+@pytest.mark.parametrize("part", ["device", "host", "meta"])
+def test_a_checkpoint_whose_bytes_changed_is_set_aside_and_the_run_resumes_before_it(
+        uninterrupted, tmp_path, part):
+    """A byte flipped on disk in the newest checkpoint, file sizes kept: restored, it would
+    train on other numbers (or a NaN blamed on training). Its digests name it, it is moved
+    aside, and the run resumes from the checkpoint before it, exactly."""
+    intervention = "clip"
+    args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
+    kill_while_saving(args, 3)
+    checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
+    damage(checkpoints / "250", part)
+    resumed = run("run_sac.py", *args)
+    warning = next(line for line in resumed.stderr.splitlines() if line.startswith("warning: "))
+    assert warning.startswith("warning: checkpoint at env step 250 in ") and \
+        "cannot be restored" in warning and "moved to" in warning, resumed.stderr
+    assert ("DigestMismatch" if part != "host" else "checksum mismatch") in warning
+    assert "resumed from the checkpoint at env step 125" in resumed.stderr
+    assert (checkpoints / "corrupt_250").is_dir()
+    assert_bit_identical(returns(run_dir(tmp_path, intervention)), uninterrupted(intervention),
+                         resumed.stderr)
+
+
+def test_a_half_written_first_checkpoint_is_said_to_be_discarded(uninterrupted, tmp_path):
+    intervention = "clip"
+    args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
+    kill_while_saving(args, 1)
+    checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
+    assert os.listdir(checkpoints) == ["125.orbax-checkpoint-tmp"]
+    again = run("run_sac.py", *args)
+    assert "the checkpoint at env step 125 of " in again.stderr
+    assert "was half-written when the run stopped and is discarded; with no complete " \
+           "checkpoint, the run starts over from env step 0" in again.stderr
+    assert returns(run_dir(tmp_path, intervention)) == uninterrupted(intervention)
+
+
+def test_a_divergence_right_after_a_resume_names_the_checkpoint(tmp_path):
+    """Rerun, a run that diverged resumes from its last checkpoint and diverges again; the
+    message and diverged.json say which checkpoint it had resumed from."""
+    args = [*NO_INTERVENTION, f"--logdir={tmp_path}", "--critic_lr=1e30", "--actor_lr=1e30",
+            "--start_steps=300"]
+    first = run("run_sac.py", *args, check=False)
+    assert first.returncode == 1 and "resuming" not in first.stderr
+    again = run("run_sac.py", *args, check=False)
+    assert again.returncode == 1
+    record = json.loads((run_dir(tmp_path, "none") / "diverged.json").read_text())
+    assert record["resumed_from"] == 250
+    message = again.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: training diverged: ")
+    assert message.endswith(f"{record['env_step'] - 250} env step(s) after resuming from the "
+                            "checkpoint at env step 250 "
+                            f"({run_dir(tmp_path, 'none')}/checkpoints/250), which is kept")
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="diverges before its first checkpoint on the CPU's rounding (as the "
+                    "test of a divergence between train logs)")
+def test_a_run_that_diverged_before_any_checkpoint_is_trained_again_only_when_asked(tmp_path):
+    args = [*FAST_SAC, f"--logdir={tmp_path}", "--hidden_dim=8", "--max_steps=1500",
+            "--start_steps=300", "--eval_every=500", "--critic_lr=1e4", "--actor_lr=1e4",
+            "--temp_lr=10"]
+    first = run("run_sac.py", *args, check=False)
+    assert first.returncode == 1 and "no checkpoint was written before it" in first.stderr
+    directory = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
+    record = (directory / "diverged.json").read_text()
+    what = json.loads(record)
+    again = run("run_sac.py", *args, check=False)
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [
+        f"error: {directory} diverged before its first checkpoint ({what['what']} at env step "
+        f"{what['env_step']} for seed {what['seed']}); training it again starts it over from "
+        "env step 0, overwriting its logs: run the same command with --resume=never to do "
+        "that"], again.stderr
+    assert (directory / "diverged.json").read_text() == record  # nothing was touched
+    over = run("run_sac.py", *args, "--resume=never", check=False)
+    assert "(the run stopped before its first one), so the run starts over" in over.stderr
+    assert over.returncode == 1 and "training diverged" in over.stderr  # it trained again
+    assert (directory / "diverged.json").read_text() == record
+
+
+def test_a_finished_run_whose_done_json_is_unreadable_is_checked_not_trusted(tmp_path):
+    from launch.run_files import is_finished
+
+    args = [*NO_INTERVENTION, f"--logdir={tmp_path}", "--max_steps=375"]
+    run("run_sac.py", *args)
+    directory = run_dir(tmp_path, "none")
+    done = json.loads((directory / "done.json").read_text())
+    logged = (directory / "eval.csv").read_text()
+    (directory / "done.json").write_text('{"env_step": 3')  # cut short
+    assert not is_finished(str(directory))  # a sweep relaunches its job
+    dry = run("run_sac.py", *args, "--dry_run")
+    assert "would resume from its last checkpoint" in dry.stdout
+    again = run("run_sac.py", *args)
+    assert f"warning: {directory}/done.json cannot be read (JSONDecodeError: " in again.stderr
+    assert "its final checkpoint (env step 375) and eval.csv's rows at that step say it " \
+           "finished" in again.stderr
+    assert json.loads((directory / "done.json").read_text())["env_step"] == done["env_step"]
+    assert (directory / "eval.csv").read_text() == logged
+    again = run("run_sac.py", *args)
+    assert "has already finished; nothing to do" in again.stderr
+
+    (directory / "done.json").write_text("[]")
+    (directory / "eval.csv").write_text(logged[:logged.index("\n375,") + 1])  # last rows lost
+    refused = run("run_sac.py", *args, check=False)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: {directory}/done.json cannot be read (it holds no JSON object), so the run is "
+        "not taken as finished, and its eval.csv has no row at env step 375 (its final "
+        "checkpoint's) for seeds [0, 1]: restore done.json and eval.csv, or move the run "
+        "directory away to train it again")

@@ -439,3 +439,30 @@ def test_an_intervention_that_leaves_nan_weights_is_a_divergence(tmp_path):
         trainer.run()
     assert json.loads((tmp_path / "sac" / "cartpole-swingup" / "clip-utd1-seed0" /
                        "diverged.json").read_text())["env_step"] == 30
+
+
+def test_a_loss_past_the_limit_is_warned_about_once_and_recorded(tmp_path, capsys):
+    """A finite loss past train.LOSS_LIMIT (growing without bound) gives one warning line per
+    loss and its first crossing in loss_warnings.json; other metrics (Q) and NaN or inf
+    values (a divergence, which stops the run) are not its business."""
+    agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    trainer = train.Trainer(agent, TrainConfig(
+        env="cartpole-swingup", seed=3, num_seeds=2, max_steps=100, start_steps=20,
+        batch_size=8, eval_every=100, eval_episodes=1, diagnostics=False, progress=False,
+        logdir=str(tmp_path)))
+    trainer.check_losses(1000, {"critic_loss": np.array([3.0, 1.5e26]),
+                                "actor_loss": np.array([np.inf, -2.0]),
+                                "q": np.array([1e30, 0.0])})
+    trainer.check_losses(2000, {"critic_loss": np.array([2e27, 2e27]),
+                                "actor_loss": np.array([-1e11, 0.0])})
+    lines = capsys.readouterr().err.strip().splitlines()
+    path = os.path.join(trainer.cfg.run_dir, "loss_warnings.json")
+    assert lines == [
+        f"warning: critic_loss of seed 4 is 1.5e+26 at env step 1000, past 1e+10: a loss that "
+        f"grows without bound usually means a broken run; recorded in {path}",
+        f"warning: actor_loss of seed 3 is -1e+11 at env step 2000, past 1e+10: a loss that "
+        f"grows without bound usually means a broken run; recorded in {path}"]
+    with open(path) as f:
+        assert json.load(f) == {"limit": 1e10, "losses": {
+            "critic_loss": {"env_step": 1000, "seed": 4, "value": 1.5e26},
+            "actor_loss": {"env_step": 2000, "seed": 3, "value": -1e11}}}

@@ -201,8 +201,8 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
     (["--envs=cheetah-run", "--utds=1,0"], "sweep: utd must be an integer >= 1, got '0'"),
     (["--envs="], "sweep: no envs given"),
     (["--envs=cheetah-rnu"], "sweep: unknown env 'cheetah-rnu'; did you mean 'cheetah-run'?"),
-    (["--envs=cheetah-run", "--executor=slurm", "--max_parallel=0"],
-     "sweep: --max_parallel must be >= 1, got 0"),
+    (["--envs=cheetah-run", "--executor=slurm", "--max_parallel=-1"],
+     "sweep: --max_parallel must be >= 1, or 0 for as many jobs as the machine holds, got -1"),
     (["--envs=cheetah-run", "--poll_s=-1"], "sweep: flag --poll_s=-1: "),
     (["--envs=cheetah-run", "--extra=--clip_c=2", "--", "--clip_c=3"],
      "sweep: --clip_c given more than once for the run scripts (--extra and the flags after"),
@@ -212,6 +212,14 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
     (["--envs=cheetah-run", "--logdir="], "sweep: --logdir is empty; give the results tree"),
     (["--envs=cheetah-run,walker-run", "--seeds=100000000", "--seeds_per_job=1"],
      "sweep: the grid has 200,000,000 jobs, more than --max_jobs=10,000; check its envs"),
+    (["--envs=cheetah-run", "--seeds=1000000"], "sweep: --seeds=1,000,000 with --seeds_per_job=0 "
+     "(all of them) puts 1,000,000 seeds in one job, and a run script trains at most 1,000 per "
+     "process: set --seeds_per_job to 1,000 or fewer"),
+    (["--envs=cheetah-run", "--seeds=2000", "--seeds_per_job=1500"], "sweep: --seeds_per_job="
+     "1,500 puts 1,500 seeds in one job, and a run script trains at most 1,000"),
+    (["--envs=cheetah-run,walker-run", "--seeds=1000000", "--seeds_per_job=1000"],
+     "sweep: the grid has 2,000,000 seed-runs (each seed of each env, intervention and UTD), "
+     "more than --max_seed_runs=100,000"),
 ])
 def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),

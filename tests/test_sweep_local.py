@@ -216,7 +216,7 @@ def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, script
 def test_stop_ends_running_jobs_at_a_checkpoint_and_queued_ones_never_start(tmp_path, scripts):
     logdir = tmp_path / "runs"
     args = ["--envs=cheetah-run,walker-run,hopper-hop", "--max_steps=300", "--eval_every=10",
-            "--checkpoint_every=20", "--", "--step_s=0.01"]
+            "--checkpoint_every=20", "--max_parallel=1", "--", "--step_s=0.01"]
     first, *others = [f"sac/{env}/none-utd1-seed0" for env in ("cheetah-run", "walker-run",
                                                                "hopper-hop")]
     assert sweep(logdir, scripts, "--no_wait", *args).returncode == 0
@@ -448,3 +448,70 @@ def test_a_run_in_use_or_stopped_by_sigterm_leaves_the_job_to_a_relaunch(tmp_pat
     assert job() == "interrupted"
     record = read_json(str(tmp_path / "record.json"))
     assert (record["state"], record["detail"]) == ("interrupted", f"exit {code}: {message}")
+
+
+def test_core_shares_split_the_cores_between_the_workers():
+    assert submit.core_shares(2, [0, 1]) == [(0,), (1,)]
+    assert submit.core_shares(3, [0, 1, 2, 3, 4, 5, 6]) == [(0, 1), (2, 3), (4, 5, 6)]
+    assert submit.core_shares(1, [4, 5]) == [(4, 5)]
+    assert submit.core_shares(4, [0, 1]) == [(0,), (1,), (0,), (1,)]  # more workers than cores
+
+
+def job_cores(logdir, key):
+    """The cores the stand-in ran on, its PJRT_NPROC, and its log's header, of its last attempt."""
+    text = Path(SweepPaths(str(logdir)).log(key, "out")).read_text().splitlines()
+    header = [line for line in text if line.startswith("=== ")][-1]
+    cores, nproc = [line for line in text if line.startswith("cores ")][-1].split()[1:]
+    return tuple(int(c) for c in cores.split(",")), nproc.split("=")[1], header
+
+
+def test_local_jobs_run_on_their_workers_share_of_the_cores(tmp_path, scripts):
+    """By default as many jobs run at once as there are cores (this machine's memory holds
+    these), each worker's on its own share of them, with PJRT_NPROC sizing XLA's CPU thread
+    pools to it; --pin_cores=false leaves them every core and XLA its default."""
+    logdir = tmp_path / "runs"
+    envs = ("cheetah-run", "walker-run", "hopper-hop", "finger-spin")
+    cores = sorted(os.sched_getaffinity(0))
+    args = [f"--envs={','.join(envs)}", "--max_steps=40", "--eval_every=10",
+            "--checkpoint_every=20", "--", "--step_s=0.02"]
+    proc = sweep(logdir, scripts, *args)
+    assert proc.returncode == 0, proc.stderr
+    parallel = min(len(envs), len(cores))
+    assert f"running {parallel} at once ({len(cores)} core(s), " in proc.stdout
+    keys = [f"sac/{env}/none-utd1-seed0" for env in envs]
+    seen = {job_cores(logdir, key) for key in keys}
+    shares = {share for share, _, _ in seen}
+    assert len(shares) == parallel and set().union(*shares) == set(cores)
+    for share, nproc, header in seen:
+        assert nproc == str(len(share)) and f" on cores {','.join(map(str, share))} at " in header
+    if len(cores) > 1:  # the shares of workers running at once do not overlap
+        assert sum(len(share) for share in shares) == len(cores)
+
+    unpinned = tmp_path / "unpinned"
+    proc = sweep(unpinned, scripts, "--pin_cores=false", "--max_parallel=2", *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "at once" not in proc.stdout  # --max_parallel given
+    for key in keys:
+        share, nproc, header = job_cores(unpinned, key)
+        assert share == tuple(cores) and nproc == os.environ.get("PJRT_NPROC", "")
+        assert " on cores " not in header
+
+
+def test_the_default_parallelism_is_bounded_by_the_memory_a_job_needs(monkeypatch):
+    """Each job's replay buffer (the slots its --max_steps fill) and envs, computed here from
+    the buffer's dtypes and MuJoCo's buffers, plus the dry runs' measured process."""
+    from envs import make_env
+
+    monkeypatch.setattr(submit, "usable_cores", lambda: list(range(8)))
+    spec = JobSpec("sac", "cheetah-run", "none", 1, 0, 3, (("max_steps", 1000),))
+    physics = make_env("cheetah-run", 0).env.physics
+    env_bytes = physics.model.nbuffer + physics.data.nbuffer
+    slot = 17 * 4 + 6 * 4 + 4 + 1 + 1 + 4  # obs, action, reward, 2 flags, final ordinal
+    need = 500_000_000 + 3 * 1000 * slot + 2 * 3 * env_bytes
+    monkeypatch.setattr(submit, "host_memory_bytes", lambda: 3 * need - 1)
+    assert submit.machine_parallel([spec] * 5, 500_000_000)[0] == 2
+    monkeypatch.setattr(submit, "host_memory_bytes", lambda: 100 * need)
+    assert submit.machine_parallel([spec] * 5, 500_000_000)[0] == 5  # the jobs
+    assert submit.machine_parallel([spec] * 20, 500_000_000)[0] == 8  # the cores
+    monkeypatch.setattr(submit, "host_memory_bytes", lambda: need // 2)
+    assert submit.machine_parallel([spec] * 5, 500_000_000)[0] == 1  # at least one

@@ -61,7 +61,8 @@ def test_a_finished_run_is_done_once_its_job_has_recorded_its_end(dead_process):
     assert describe(running(**this_process()), True, {}, None).state == "running"
     gone = describe({"state": "done", "detail": "exit 0"}, False, {}, None)  # its dir deleted
     assert (gone.state, gone.detail) == ("interrupted", "recorded done, but its run directory "
-                                         "holds no done.json (moved or deleted?)")
+                                         "holds no readable done.json (moved, deleted or "
+                                         "damaged?)")
 
 
 def test_running_follows_the_process_on_this_host(dead_process):

@@ -16,7 +16,7 @@ from typing import Any
 from agents import AGENTS as _AGENTS
 from envs import check_env_name
 from interventions import registry
-from launch.config import AGENT_DEFAULTS
+from launch.config import AGENT_DEFAULTS, MAX_SEEDS
 
 AGENTS = tuple(_AGENTS)
 # Integer settings of the run scripts a sweep may set; unset ones keep the agent's defaults.
@@ -120,6 +120,10 @@ class Grid:
     def job_count(self) -> int:
         """len(self.jobs()), without expanding them."""
         return len(self.envs) * len(self.interventions) * len(self.utds) * len(self._seed_starts())
+
+    def seed_run_count(self) -> int:
+        """The seeds its jobs train together: one per seed of each (env, intervention, UTD)."""
+        return len(self.envs) * len(self.interventions) * len(self.utds) * self.seeds
 
     def jobs(self) -> list[JobSpec]:
         starts, end = self._seed_starts(), self.first_seed + self.seeds
@@ -296,13 +300,19 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
                   for name, value in train_flags.items() if value is not None)
     extra = split_extra(extra)
     _check_extra(extra, flags)
+    seeds, seeds_per_job = _int("seeds", seeds, 1), _int("seeds_per_job", seeds_per_job, 0)
+    if (seeds_per_job or seeds) > MAX_SEEDS:
+        given = (f"--seeds_per_job={seeds_per_job:,}" if seeds_per_job
+                 else f"--seeds={seeds:,} with --seeds_per_job=0 (all of them)")
+        raise SweepError(f"{given} puts {seeds_per_job or seeds:,} seeds in one job, and a run "
+                         f"script trains at most {MAX_SEEDS:,} per process: set --seeds_per_job "
+                         f"to {MAX_SEEDS:,} or fewer")
     script = os.path.join(os.path.abspath(script_dir), f"run_{agent}.py")
     if not os.path.isfile(script):
         raise SweepError(f"run script {script} not found; --script_dir must hold run_{agent}.py")
     return Grid(agent=agent, envs=resolve_envs(envs, preset), interventions=chosen,
-                utds=utd_values, seeds=_int("seeds", seeds, 1),
-                first_seed=_int("first_seed", first_seed, 0),
-                seeds_per_job=_int("seeds_per_job", seeds_per_job, 0), train_flags=flags,
+                utds=utd_values, seeds=seeds, first_seed=_int("first_seed", first_seed, 0),
+                seeds_per_job=seeds_per_job, train_flags=flags,
                 extra=extra, script_dir=os.path.abspath(script_dir))
 
 

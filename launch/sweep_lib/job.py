@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import submitit
 from submitit.core.utils import DelayedSubmission
 
-from launch.run_files import EXIT_IN_USE, EXIT_STOPPED
+from launch.run_files import EXIT_IN_USE, EXIT_STOPPED, is_finished
 from launch.sweep_lib.state import HEARTBEAT_S, read_json, this_process, update_record
 
 # After the script dies of a signal, or stops on one (exit 143), wait this long for submitit's
@@ -41,8 +41,9 @@ def _requeue_signal() -> signal.Signals:
     return signal.Signals["SIG" + submitit.JobEnvironment.USR_SIG]
 
 
-def _child_setup(parent_pid: int) -> Callable[[], None]:
-    """Runs in the child before exec: dies with its parent, ignores the requeue signal."""
+def _child_setup(parent_pid: int, cores: Sequence[int] | None = None) -> Callable[[], None]:
+    """Runs in the child before exec: dies with its parent, ignores the requeue signal, and
+    runs on `cores` alone where given."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -51,6 +52,8 @@ def _child_setup(parent_pid: int) -> Callable[[], None]:
 
     def setup() -> None:
         signal.signal(requeue, signal.SIG_IGN)
+        if cores:
+            os.sched_setaffinity(0, cores)
         if prctl is not None:
             prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
             if os.getppid() != parent_pid:
@@ -104,10 +107,13 @@ class RunJob(submitit.helpers.Checkpointable):
 
     @property
     def finished(self) -> bool:
-        return os.path.exists(os.path.join(self.run_dir, "done.json"))
+        """Whether the run's done.json reads as a finished run's (a damaged one is not taken
+        for finished: the script says so and checks the run)."""
+        return is_finished(self.run_dir)
 
-    def __call__(self) -> str:
-        """Run (or resume) the script; returns the final state: done, failed or interrupted."""
+    def __call__(self, cores: Sequence[int] | None = None) -> str:
+        """Run (or resume) the script, on `cores` alone where given (a local worker's share of
+        the machine); returns the final state: done, failed or interrupted."""
         if self.finished:
             self._update(state="done", detail="finished before this attempt")
             return "done"
@@ -119,17 +125,19 @@ class RunJob(submitit.helpers.Checkpointable):
                 return "running"
             except OSError:  # a filesystem without locks: run unguarded (the run script warns)
                 pass
-            return self._run()
+            return self._run(cores)
 
-    def _run(self) -> str:
+    def _run(self, cores: Sequence[int] | None) -> str:
         attempt = read_json(self.record).get("attempt", 0) + 1
         now = time.time()
+        cores = sorted(cores) if cores else None
         self._update(state="running", detail=f"attempt {attempt}", attempt=attempt, started=now,
                      heartbeat=now, finished=None, returncode=None, stop_sent_to=None,
-                     scheduler_id=scheduler_id(), **this_process())
+                     scheduler_id=scheduler_id(), cores=cores, **this_process())
         os.makedirs(os.path.dirname(self.stdout), exist_ok=True)
         with open(self.stdout, "ab") as out, open(self.stderr, "ab") as err:
-            header = (f"=== {self.key} attempt {attempt} on {socket.gethostname()} at "
+            on = f" on cores {','.join(map(str, cores))}" if cores else ""
+            header = (f"=== {self.key} attempt {attempt} on {socket.gethostname()}{on} at "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(self.argv)}\n").encode()
             for stream in (out, err):
                 stream.write(header)
@@ -137,8 +145,8 @@ class RunJob(submitit.helpers.Checkpointable):
             start = err.tell()
             with _requeue_deferred():
                 self._proc = subprocess.Popen(self.argv, stdout=out, stderr=err,
-                                              env=self._child_env(),
-                                              preexec_fn=_child_setup(os.getpid()))
+                                              env=self._child_env(cores),
+                                              preexec_fn=_child_setup(os.getpid(), cores))
                 update_record(self.record, child_pid=self._proc.pid)
             returncode = self._wait()
         self._proc = None
@@ -150,13 +158,18 @@ class RunJob(submitit.helpers.Checkpointable):
         with _requeue_deferred():
             update_record(self.record, **changes)
 
-    def _child_env(self) -> dict[str, str]:
+    def _child_env(self, cores: Sequence[int] | None = None) -> dict[str, str]:
+        """The script's environment: the sweep's, with the job's settings, and, for a script
+        pinned to `cores`, XLA's CPU thread pools sized to them (jaxlib reads PJRT_NPROC for
+        their size; else one thread per core of the machine) unless PJRT_NPROC is set."""
         env = dict(os.environ)  # MUJOCO_GL unset means 'disabled' in the run (envs.names)
         for name, value in self.env.items():
             if value is None:
                 env.pop(name, None)
             else:
                 env[name] = value
+        if cores:
+            env.setdefault("PJRT_NPROC", str(len(cores)))
         return env
 
     def _wait(self) -> int:
@@ -215,22 +228,26 @@ def claim(claims: str, key: str) -> bool:
 
 
 class LocalWorker(submitit.helpers.Checkpointable):
-    """Runs the jobs of one local launch that no other worker has claimed, one at a time."""
+    """Runs the jobs of one local launch that no other worker has claimed, one at a time, each
+    on `cores` alone where given."""
 
-    def __init__(self, jobs: Sequence[RunJob], claims: str):
+    def __init__(self, jobs: Sequence[RunJob], claims: str,
+                 cores: Sequence[int] | None = None):
         self.jobs, self.claims = list(jobs), claims
+        self.cores = tuple(cores) if cores else None
         self.current: int | None = None
 
     def __call__(self) -> list[tuple[str, str]]:
         """Run the job this worker was running before a requeue, then every unclaimed one."""
         outcomes = []
         if self.current is not None:
-            outcomes.append((self.jobs[self.current].key, self.jobs[self.current]()))
+            job = self.jobs[self.current]
+            outcomes.append((job.key, job(self.cores)))
             self.current = None
         for index, job in enumerate(self.jobs):
             if claim(self.claims, job.key):
                 self.current = index
-                outcomes.append((job.key, job()))
+                outcomes.append((job.key, job(self.cores)))
                 self.current = None
         return outcomes
 

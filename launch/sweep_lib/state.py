@@ -235,8 +235,8 @@ def describe(record: Mapping[str, Any], done: bool, launch: Mapping[str, Any],
     if done and not alive:  # a job on this host is done once it has written its record
         return Status("done", detail if state == "done" else "", record)
     if state == "done":  # its run directory was moved or deleted since: a relaunch runs it
-        return Status("interrupted", "recorded done, but its run directory holds no done.json "
-                      "(moved or deleted?)", record)
+        return Status("interrupted", "recorded done, but its run directory holds no readable "
+                      "done.json (moved, deleted or damaged?)", record)
     job_id = record.get("scheduler_id")
     on_slurm = record.get("executor") == "slurm" and queue is not None
     if state == "running":

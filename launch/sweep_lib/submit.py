@@ -2,8 +2,9 @@
 
 Local executor: min(--max_parallel, jobs) `LocalWorker`s share the launch's job list and
 claim jobs one at a time, so at most --max_parallel scripts run and the launch goes on when
-the sweep process exits. SLURM: one array job, one task per sweep job, at most
---array_parallelism at once; preempted or timed-out tasks requeue themselves.
+the sweep process exits; with --pin_cores each worker runs its scripts on its own share of the
+cores, with XLA's CPU thread pools sized to it. SLURM: one array job, one task per sweep job,
+at most --array_parallelism at once; preempted or timed-out tasks requeue themselves.
 """
 
 import contextlib
@@ -17,9 +18,16 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 import submitit
 
+from envs import make_env
 from launch import ctrl_c
-from launch.config import DASHBOARD_FIELDS
-from launch.run_files import EXIT_IN_USE, with_added_settings, with_resolved_settings
+from launch.config import AGENT_DEFAULTS, DASHBOARD_FIELDS
+from launch.memory import buffer_nbytes, env_nbytes, host_memory_bytes, sized
+from launch.run_files import (
+    EXIT_IN_USE,
+    is_finished,
+    with_added_settings,
+    with_resolved_settings,
+)
 from launch.sweep_lib.grid import JobSpec, SweepError, job_flags
 from launch.sweep_lib.job import LocalWorker, RunJob
 from launch.sweep_lib.state import (
@@ -57,11 +65,15 @@ class ExecutorOptions:
     signal_delay_s: int = 90
     job_name: str = "sweep"
     compilation_cache: str = ""
+    pin_cores: bool = True  # local: each worker's jobs on their own share of the cores
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTORS:
             raise SweepError(f"unknown executor {self.kind!r}; accepted: {', '.join(EXECUTORS)}")
-        for name in ("max_parallel", "timeout_min", "array_parallelism"):
+        if self.max_parallel < 0:
+            raise SweepError(f"--max_parallel must be >= 1, or 0 for as many jobs as the machine "
+                             f"holds, got {self.max_parallel}")
+        for name in ("timeout_min", "array_parallelism"):
             if getattr(self, name) < 1:
                 raise SweepError(f"--{name} must be >= 1, got {getattr(self, name)}")
         for name in ("gpus_per_node", "cpus_per_task", "mem_gb", "max_requeues",
@@ -90,6 +102,59 @@ def make_executor(options: ExecutorOptions, folder: str) -> submitit.AutoExecuto
         slurm_signal_delay_s=options.signal_delay_s,
         **{name: value for name, value in resources.items() if value})
     return executor
+
+
+def usable_cores() -> list[int]:
+    """The CPU cores this process may run on (its affinity, where the system has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def core_shares(workers: int, cores: Sequence[int]) -> list[tuple[int, ...]]:
+    """The cores each of `workers` local workers runs its jobs on: consecutive shares, as equal
+    as the counts allow; with more workers than cores, one core each, in turn."""
+    if workers >= len(cores):
+        return [(cores[i % len(cores)],) for i in range(workers)]
+    bounds = [i * len(cores) // workers for i in range(workers + 1)]
+    return [tuple(cores[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def job_memory(spec: JobSpec, baseline: int, env_bytes: Mapping[str, tuple[int, int, int]]
+               ) -> int:
+    """About the host memory a job's run script holds: `baseline` (its process with its
+    libraries loaded, as measured on the jobs' dry runs), its replay buffer and its envs, as
+    the run script counts them (launch.memory); `env_bytes`: (obs_dim, act_dim, bytes) of one
+    env of each task."""
+    flags = job_flags(spec.to_dict())
+    defaults = AGENT_DEFAULTS[spec.agent]
+    try:
+        capacity = int(flags.get("buffer_capacity", defaults.buffer_capacity))
+        max_steps = int(flags.get("max_steps", defaults.max_steps))
+    except ValueError:  # the dry run has refused such a flag already
+        capacity = max_steps = defaults.buffer_capacity
+    obs_dim, act_dim, env_size = env_bytes[spec.env]
+    return (baseline + buffer_nbytes(spec.num_seeds, min(capacity, max_steps), obs_dim, act_dim)
+            + 2 * spec.num_seeds * env_size)
+
+
+def machine_parallel(specs: Sequence[JobSpec], baseline: int) -> tuple[int, str]:
+    """How many of the local jobs `specs` run at once by default: one per core this process may
+    use, fewer where the host's memory does not hold that many of the largest one
+    (`job_memory`); and why, in words."""
+    cores = len(usable_cores())
+    sizes = {}
+    for name in sorted({spec.env for spec in specs}):
+        env = make_env(name, 0)
+        sizes[name] = (env.obs_dim, env.act_dim, env_nbytes(env))
+    largest = max(job_memory(spec, baseline, sizes) for spec in specs)
+    memory = host_memory_bytes()
+    held = memory // largest if memory else cores
+    parallel = max(1, min(len(specs), cores, held))
+    why = f"{cores} core(s)"
+    if memory:
+        why += f", {sized(memory)} of memory, about {sized(largest)} for the largest job"
+    return parallel, why
 
 
 def job_env(options: ExecutorOptions) -> dict[str, str | None]:
@@ -162,12 +227,14 @@ def launch(specs: Sequence[JobSpec], paths: SweepPaths, options: ExecutorOptions
     try:
         if options.kind == "local":
             workers = []
+            count = min(options.max_parallel, len(jobs))
+            shares = core_shares(count, usable_cores()) if options.pin_cores else [None] * count
             with _stdio_to(os.path.join(paths.root, "local_workers.log")), \
                     _terminal_signals_ignored():
-                for _ in range(min(options.max_parallel, len(jobs))):
+                for cores in shares:
                     try:
-                        workers.append(executor.submit(LocalWorker(jobs,
-                                                                   paths.claims(launch_id))))
+                        workers.append(executor.submit(LocalWorker(
+                            jobs, paths.claims(launch_id), cores)))
                     except Exception:
                         if not workers:
                             raise  # none started: the jobs are relaunchable (below)
@@ -219,7 +286,7 @@ def collect(paths: SweepPaths, keys: Sequence[str]) -> dict[str, Status]:
     for key, record in records.items():
         with damaged_record(paths.record(key)):
             statuses[key] = describe(
-                record, os.path.exists(os.path.join(paths.logdir, key, "done.json")),
+                record, is_finished(os.path.join(paths.logdir, key)),
                 launches.get(record.get("launch", ""), {}), queue)
     return statuses
 
