@@ -15,7 +15,10 @@ from collections.abc import Iterable, Sequence
 from absl import flags
 
 from envs.dmc import EPISODE_STEPS
+from envs.vector import ENV_BACKENDS
 from replay.buffer import MAX_CAPACITY
+
+MAX_DEVICE_CAPACITY = 2**31 - 1  # replay.device's (which imports jax, as this module does not)
 
 INTERVENTIONS = ("none", "reset", "clip")
 CLIP_METHODS = ("svd", "newton_schulz")
@@ -86,6 +89,9 @@ class TrainConfig:
     keep_final_buffer: bool = False
     resume: str = "auto"
     progress: bool = True
+    # Throughput (docs/performance-gpu.md): the simulator the envs run in, and where replay lives.
+    env_backend: str = "dm_control"
+    replay_on_device: bool = False
 
     @property
     def diagnostics_batch(self) -> int:
@@ -170,6 +176,10 @@ def validate(cfg: TrainConfig) -> None:
     _choice("clip_sides", cfg.clip_sides, CLIP_SIDES)
     _choice("clip_opt_state", cfg.clip_opt_state, CLIP_OPT_STATES)
     _choice("resume", cfg.resume, RESUME_MODES)
+    _choice("env_backend", cfg.env_backend, ENV_BACKENDS)
+    if cfg.replay_on_device and cfg.buffer_capacity > MAX_DEVICE_CAPACITY:
+        raise ConfigError(f"--buffer_capacity must be at most 2**31 - 1 ({MAX_DEVICE_CAPACITY:,}) "
+                          f"with --replay_on_device, got {cfg.buffer_capacity:,}")
     if not 1 <= cfg.clip_c < math.inf:
         raise ConfigError(
             f"--clip_c must be a finite number >= 1 (singular values go into [1/c, c]), got "
@@ -376,6 +386,12 @@ def define_flags(defaults: TrainConfig) -> None:
     flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
                       "the run directory; never: refuse to touch one; must: fail if none.")
     flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
+    flags.DEFINE_enum("env_backend", d.env_backend, list(ENV_BACKENDS), "Simulator of the "
+                      "train and eval envs: dm_control (the reference), or EnvPool's C++ ports "
+                      "of the suite's tasks, stepped in a thread pool (the tasks that match "
+                      "dm_control's; see docs/performance-gpu.md).")
+    flags.DEFINE_boolean("replay_on_device", d.replay_on_device, "Keep the replay buffer in the "
+                         "accelerator's memory and sample it inside the compiled update.")
     flags.DEFINE_boolean("dry_run", False, "Make the checks a run makes before training "
                          "(flags, env name, agent hyperparameters, clip parts, the run "
                          "directory) and exit as it would, 0 when it would train; reads the run "

@@ -65,7 +65,8 @@ def config_record(train_config, agent_config) -> dict:
 # ("a.b" is key b of the record's object a).
 ADDED_SETTINGS = {"clip_ns_steps": 20, "dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
                   "diagnostics_batch_size": 0, "eval_seed_offset": 42,
-                  "agent_config.init_scale": math.sqrt(2.0), "clip_opt_state": "keep"}
+                  "agent_config.init_scale": math.sqrt(2.0), "clip_opt_state": "keep",
+                  "env_backend": "dm_control", "replay_on_device": False}
 
 
 def with_added_settings(record: dict) -> dict:

@@ -21,6 +21,7 @@ from absl import flags, logging
 
 from agents import make_agent
 from envs import UnknownEnvError, check_env_name, make_env
+from envs.envpool_backend import EnvBackendError, check_task
 from launch import ctrl_c
 from launch.config import (
     ConfigError,
@@ -52,9 +53,11 @@ from launch.train import (
     UnevenEpisodes,
     check_state_fits,
     checkpoint_dirs,
+    make_trainer,
     resume_state,
     seed_init,
 )
+from replay.device import replay_nbytes
 
 __all__ = ["ConfigError", "main"]
 
@@ -155,6 +158,8 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         cfg = adjust(config_from_flags(agent_name))
         validate(cfg)
         check_env_name(cfg.env)
+        if cfg.env_backend == "envpool":
+            check_task(cfg.env)
         agent = make_agent(agent_name, agent_config())
         check_clip_parts(agent, cfg)
         if flags.FLAGS.dry_run:
@@ -179,7 +184,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
             return
         check_writable(cfg.run_dir)
         lock = lock or _lock(cfg.run_dir)  # noqa: F841 - released when the process ends
-    except (ConfigError, UnknownEnvError) as e:
+    except (ConfigError, UnknownEnvError, EnvBackendError) as e:
         _fail(str(e), 2)
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 2)
@@ -189,7 +194,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     try:  # a Ctrl-C from the banner on is answered with what the run directory holds
         print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
               f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr, flush=True)
-        trainer = Trainer(agent, cfg)
+        trainer = make_trainer(agent, cfg)
         signal.signal(signal.SIGTERM, _stop_at_episode_end(trainer))
         trainer.run()
     except Diverged as e:
@@ -268,8 +273,10 @@ def _dry_run(cfg: TrainConfig, agent, warn_schedule) -> None:
     if state != "done":  # a finished run is read only (it may be archived read-only)
         check_writable(cfg.run_dir, create=False)
     env = make_env(cfg.env, cfg.seed, cfg.action_repeat)
+    replay_bytes = (replay_nbytes(cfg.num_seeds, cfg.buffer_capacity, env.obs_dim, env.act_dim)
+                    if cfg.replay_on_device else 0)
     try:
-        check_state_fits(*seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim))
+        check_state_fits(*seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim), replay_bytes)
     except TooLargeForMemory as e:
         _fail(_too_large(e, cfg), 1)
     _warn(cfg, warn_schedule)
@@ -279,8 +286,9 @@ def _dry_run(cfg: TrainConfig, agent, warn_schedule) -> None:
 
 
 def _too_large(error: TooLargeForMemory, cfg: TrainConfig) -> str:
-    return (f"out of memory: {error}; the networks' sizes and --num_seeds set it: lower them; "
-            f"{_kept(cfg)}")
+    sizes = ("the networks' sizes, --num_seeds and --buffer_capacity (--replay_on_device)"
+             if cfg.replay_on_device else "the networks' sizes and --num_seeds")
+    return f"out of memory: {error}; {sizes} set it: lower them; {_kept(cfg)}"
 
 
 def _warn(cfg: TrainConfig, warn_schedule: Callable[[TrainConfig], str | None]) -> None:

@@ -164,21 +164,35 @@ def seed_init(agent: Agent, seeds, obs_dim: int, act_dim: int):
     return jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim))), keys
 
 
-def check_state_fits(init_fn, init_keys: jax.Array) -> None:
-    """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make
-    cannot fit on the default device. Only traces `init_fn` (the trace is the one its first
-    call uses): on an H200, XLA compiled networks far too large for its memory for over 100 s
-    without failing, so they are refused here. What an update holds beyond the state is left to
-    the allocation that fails."""
-    need = tree_nbytes(jax.eval_shape(init_fn, init_keys))
+def check_state_fits(init_fn, init_keys: jax.Array, replay_bytes: int = 0) -> None:
+    """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make,
+    with `replay_bytes` of replay buffer on the device, cannot fit on the default device. Only
+    traces `init_fn` (the trace is the one its first call uses): on an H200, XLA compiled
+    networks far too large for its memory for over 100 s without failing, so they are refused
+    here. What an update holds beyond the state is left to the allocation that fails."""
+    state = tree_nbytes(jax.eval_shape(init_fn, init_keys))
+    need = state + replay_bytes
     device = jax.devices()[0]
     have = device_memory_bytes(device)
     if have is not None and need > have:
         sizes = _told_apart(need, have)
-        raise TooLargeForMemory(
-            f"the agent's state (parameters, target networks and optimizer moments) of "
-            f"{init_keys.shape[0]} seed(s) takes {sizes[0]}, more than the "
-            f"{device.platform.upper()}'s {sizes[1]}")
+        what = (f"the agent's state (parameters, target networks and optimizer moments) of "
+                f"{init_keys.shape[0]} seed(s) takes")
+        if replay_bytes:
+            parts = _told_apart(state, replay_bytes)
+            what = f"{what} {parts[0]} and their replay buffer on the device {parts[1]}: together"
+        raise TooLargeForMemory(f"{what} {sizes[0]}, more than the "
+                                f"{device.platform.upper()}'s {sizes[1]}")
+
+
+def make_trainer(agent: Agent, cfg: TrainConfig) -> "Trainer":
+    """The trainer `cfg` asks for: replay in host memory, or on the device
+    (`launch.device_loop.DeviceReplayTrainer`, imported only then)."""
+    if cfg.replay_on_device:
+        from launch.device_loop import DeviceReplayTrainer
+
+        return DeviceReplayTrainer(agent, cfg)
+    return Trainer(agent, cfg)
 
 
 class Stopped(RuntimeError):
@@ -327,15 +341,14 @@ class Trainer:
     def __init__(self, agent: Agent, cfg: TrainConfig):
         self.agent, self.cfg = agent, cfg
         seeds = cfg.seeds
-        self.env = make_vector_env(cfg.env, seeds, cfg.action_repeat)
+        self.env = make_vector_env(cfg.env, seeds, cfg.action_repeat, cfg.env_backend)
         self.eval_env = make_vector_env(cfg.env, [s + cfg.eval_seed_offset for s in seeds],
-                                        cfg.action_repeat)
+                                        cfg.action_repeat, cfg.env_backend)
         self.obs_dim, self.act_dim = self.env.obs_dim, self.env.act_dim
-        self.buffer = ReplayBuffer(len(seeds), cfg.buffer_capacity, self.obs_dim, self.act_dim,
-                                   seed=cfg.seed)
         self.random_actions = np.random.default_rng([cfg.seed, 1])
         self.init_fn, self.init_keys = seed_init(agent, seeds, self.obs_dim, self.act_dim)
-        check_state_fits(self.init_fn, self.init_keys)
+        check_state_fits(self.init_fn, self.init_keys, self.device_replay_bytes())
+        self.buffer = self.make_buffer()
         self.update_step, self.next_actions, self.eval_act = make_step_fns(agent)
         self.update_during_env_step = True  # False: always after it (tests compare the two)
         self.prefetched: Prefetched | None = None
@@ -351,6 +364,14 @@ class Trainer:
         self.files = None
         self.check_finite = jax.jit(lambda tree: jax.tree.map(
             lambda x: jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1), tree))
+
+    def device_replay_bytes(self) -> int:
+        """Bytes the replay buffer takes in the device's memory (none: it is in host memory)."""
+        return 0
+
+    def make_buffer(self) -> ReplayBuffer:
+        return ReplayBuffer(self.cfg.num_seeds, self.cfg.buffer_capacity, self.obs_dim,
+                            self.act_dim, seed=self.cfg.seed)
 
     def fresh_loop(self) -> Loop:
         states = self.init_fn(self.init_keys)
