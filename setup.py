@@ -18,13 +18,15 @@ RUNTIME = [
     "tqdm==4.70.1",
     "submitit==1.5.4",
 ]
+# EnvPool (--env_backend=envpool) is optional; the tests check its tasks against dm_control.
+ENVPOOL = ["envpool==1.2.5"]
 # rliable is a test-time cross-check only; its arch 7.2 dependency breaks on import with
 # pandas 3, hence the pandas pin.
 # pytest-xdist runs the suite on both of a 2-core machine's cores (`-n 2`): it is mostly
 # single-threaded Python (the run scripts' subprocesses, compilation): 8:40-9:51 -> 5:25-5:40
 # with a warm compilation cache, 11:52 -> 7:25-8:11 from an empty one.
 TEST = ["pytest==9.0.3", "pytest-xdist==3.8.0", "hypothesis==6.155.2", "rliable==1.2.0",
-        "pandas==2.3.3", "ruff==0.17.6"]
+        "pandas==2.3.3", "ruff==0.17.6", *ENVPOOL]
 
 setup(
     name="singularclip-rl",
@@ -34,5 +36,5 @@ setup(
     packages=find_packages(include=["agents*", "networks*", "interventions*", "replay*",
                                     "envs*", "launch*", "analysis*"]),
     install_requires=RUNTIME,
-    extras_require={"test": TEST},
+    extras_require={"test": TEST, "envpool": ENVPOOL},
 )

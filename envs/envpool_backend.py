@@ -14,6 +14,7 @@ a resumed run bit-identical to one never stopped.
 
 import importlib
 import importlib.metadata
+import os
 
 import numpy as np
 
@@ -77,15 +78,16 @@ def check_task(name: str):
 
 
 class EnvPoolVectorEnv:
-    """One EnvPool pool with an env per seed (EnvPool seed = the seed), stepped in lockstep;
-    every array has a leading (N,) seed axis, as `VectorEnv`'s.
+    """One EnvPool pool with an env per seed (EnvPool seed = the seed), stepped in lockstep by
+    `num_threads` threads (default: one per core this process may run on, at most one per
+    env); every array has a leading (N,) seed axis, as `VectorEnv`'s.
 
     The observation layout, action bounds and episode ends are dm_control's, taken from a
     dm_control env of the task. No auto-reset: reset() restarts every env. The suite's tasks
     this backend serves never terminate early, so the envs always end their episodes together.
     """
 
-    def __init__(self, name: str, seeds, action_repeat: int = 1, num_threads: int = 0):
+    def __init__(self, name: str, seeds, action_repeat: int = 1, num_threads: int | None = None):
         self._envpool = check_task(name)
         seeds = [check_seed(s) for s in seeds]
         if not seeds:
@@ -97,7 +99,9 @@ class EnvPoolVectorEnv:
                                   f"{max(seeds)}; use smaller --seed or --eval_seed_offset")
         self.name, self.seeds = name, seeds
         self.action_repeat = check_action_repeat(action_repeat)
-        self.num_envs, self.num_threads = len(seeds), num_threads
+        # EnvPool's default is a thread per env, however few cores there are to run them.
+        self.num_envs = len(seeds)
+        self.num_threads = num_threads or min(self.num_envs, len(os.sched_getaffinity(0)))
         reference = make_env(name, seeds[0], action_repeat)
         self.obs_keys, self.obs_sizes = reference.obs_keys, reference.obs_sizes
         self.obs_dim, self.act_dim = reference.obs_dim, reference.act_dim

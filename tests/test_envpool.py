@@ -239,3 +239,18 @@ def test_trainer_evaluates_in_envpool_too(tmp_path):
     assert isinstance(trainer.eval_env, EnvPoolVectorEnv)
     assert trainer.eval_env.seeds == [42, 43]
 
+
+
+@pytest.mark.parametrize("installed", [None, "1.2.4"])
+def test_a_missing_or_unchecked_envpool_is_refused_naming_the_version(monkeypatch, installed):
+    import importlib.metadata
+
+    def version(name):
+        if installed is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    with pytest.raises(EnvBackendError, match="pip install envpool==1.2.5") as error:
+        check_task("cheetah-run")
+    assert "\n" not in str(error.value)
