@@ -55,10 +55,15 @@ def task_id(name: str) -> str:
     return f"{camel}-v1"
 
 
-def check_task(name: str):
-    """The envpool module, once `name` is known to be a task this backend serves; raises
-    EnvBackendError (one line: why, and what is accepted) otherwise. Simulates nothing."""
+def check_task(name: str, largest_seed: int = 0):
+    """The envpool module, once `name` is known to be a task this backend serves, with env
+    seeds up to `largest_seed`; raises EnvBackendError (one line: why, and what is accepted)
+    otherwise. Simulates nothing."""
     domain, _ = check_env_name(name)
+    if largest_seed >= MAX_SEED:
+        raise EnvBackendError(f"--env_backend=envpool takes env seeds below 2**31, got "
+                              f"{largest_seed} (--seed + --num_seeds - 1 + --eval_seed_offset); "
+                              "use a smaller --seed")
     if name not in VERIFIED_TASKS:
         why = DIFFERS.get(domain, "it is not among the tasks checked against dm_control")
         raise EnvBackendError(
@@ -88,15 +93,12 @@ class EnvPoolVectorEnv:
     """
 
     def __init__(self, name: str, seeds, action_repeat: int = 1, num_threads: int | None = None):
-        self._envpool = check_task(name)
         seeds = [check_seed(s) for s in seeds]
+        self._envpool = check_task(name, max(seeds, default=0))
         if not seeds:
             raise ValueError("EnvPoolVectorEnv needs at least one seed, got none")
         if len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds must be distinct (one independent env each), got {seeds}")
-        if max(seeds) >= MAX_SEED:
-            raise EnvBackendError(f"--env_backend=envpool takes env seeds below 2**31, got "
-                                  f"{max(seeds)}; use smaller --seed or --eval_seed_offset")
         self.name, self.seeds = name, seeds
         self.action_repeat = check_action_repeat(action_repeat)
         # EnvPool's default is a thread per env, however few cores there are to run them.

@@ -159,7 +159,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         validate(cfg)
         check_env_name(cfg.env)
         if cfg.env_backend == "envpool":
-            check_task(cfg.env)
+            check_task(cfg.env, cfg.seed + cfg.num_seeds - 1 + cfg.eval_seed_offset)
         agent = make_agent(agent_name, agent_config())
         check_clip_parts(agent, cfg)
         if flags.FLAGS.dry_run:

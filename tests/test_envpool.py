@@ -192,6 +192,14 @@ def test_run_script_refuses_a_task_that_differs_before_compiling(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_run_script_refuses_seeds_envpool_cannot_take(tmp_path):
+    proc = run("run_sac.py", *FAST_SAC, "--env_backend=envpool", f"--seed={2**31 - 42}",
+               f"--logdir={tmp_path}", check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "2**31" in lines[0] and "--seed" in lines[0]
+
+
 def test_unknown_backend_is_refused_with_the_accepted_ones(tmp_path):
     proc = run("run_sac.py", *FAST_SAC, "--env_backend=mjx", f"--logdir={tmp_path}",
                check=False)
