@@ -21,12 +21,14 @@ RUNTIME = [
 # The optional dashboards (--log_to): tensorboardX writes the event files without TensorFlow,
 # tensorboard shows them (and reads them back in the tests), wandb logs to Weights & Biases.
 LOGGING = ["tensorboardX==2.6.5", "tensorboard==2.21.0", "wandb==0.31.0"]
+# EnvPool (--env_backend=envpool) is optional; the tests check its tasks against dm_control.
+ENVPOOL = ["envpool==1.2.5"]
 # rliable is a test-time cross-check only; its arch 7.2 dependency breaks on import with
 # pandas 3, hence the pandas pin.
 # pytest-xdist runs the suite in one worker per core (`-n 2`): it is mostly single-threaded
 # Python (the run scripts' subprocesses, compilation), so one process keeps about one core busy.
 TEST = ["pytest==9.0.3", "pytest-xdist==3.8.0", "hypothesis==6.155.2", "rliable==1.2.0",
-        "pandas==2.3.3", "ruff==0.17.6", *LOGGING]
+        "pandas==2.3.3", "ruff==0.17.6", *LOGGING, *ENVPOOL]
 
 setup(
     name="singularclip-rl",
@@ -36,5 +38,5 @@ setup(
     packages=find_packages(include=["agents*", "networks*", "interventions*", "replay*",
                                     "envs*", "launch*", "analysis*"]),
     install_requires=RUNTIME,
-    extras_require={"test": TEST, "logging": LOGGING},
+    extras_require={"test": TEST, "logging": LOGGING, "envpool": ENVPOOL},
 )

@@ -21,7 +21,7 @@ import launch  # noqa: F401 (sets the XLA:CPU options of launch.xla_flags before
 from agents import make_agent
 from agents.common import Batch
 from launch.config import TrainConfig
-from launch.train import Trainer
+from launch.train import Trainer, make_trainer
 
 
 class Product(collections.namedtuple("Product", "lhs rhs dims")):
@@ -253,17 +253,28 @@ def env_seconds(env, steps: int, rng: np.random.Generator, between=None) -> floa
 
 
 def sac_trainer(logdir: str, env: str, utd: int, **settings) -> Trainer:
-    """A SAC `Trainer` of 1 seed for timing the loop: 300 random steps, a 100,000-transition
-    buffer, no progress bar; `settings` are further TrainConfig fields."""
+    """A SAC trainer (1 seed unless `settings` say otherwise) for timing the loop: 300 random
+    steps, a 100,000-transition buffer, no progress bar; `settings` are further TrainConfig
+    fields (--replay_on_device's among them)."""
     settings = {"start_steps": 300, "buffer_capacity": 100_000, "progress": False, **settings}
     logging.set_verbosity(logging.WARNING)  # orbax's INFO lines, as the run scripts keep off
-    return Trainer(make_agent("sac"), TrainConfig(agent="sac", env=env, utd=utd, logdir=logdir,
-                                                  **settings))
+    return make_trainer(make_agent("sac"), TrainConfig(agent="sac", env=env, utd=utd,
+                                                       logdir=logdir, **settings))
 
 
 def update_seconds(trainer: Trainer, loop, batch: Batch, calls: int) -> float:
-    """Seconds of `calls` training steps' jitted calls on one fixed batch, as the loop makes
-    them: the update, then the next actions, waited on (the calls train `loop.states` on)."""
+    """Seconds of `calls` training steps' jitted calls on one fixed batch (with the buffer on
+    the device, one fixed draw of slots), as the loop makes them: the update, then the next
+    actions, waited on (the calls train `loop.states` on)."""
+    if hasattr(trainer, "device_update"):  # the buffer on the device: draws and gathers there
+        obs = trainer.buffer.to_device(loop.obs)
+        slots, _ = trainer.draw(trainer.buffer.replay)
+        start = time.perf_counter()
+        for _ in range(calls):
+            trainer.update_on_device(loop, slots)
+            jax.device_get(trainer.act_and_draw(loop.states, obs, loop.keys,
+                                                trainer.buffer.replay)[::2])
+        return time.perf_counter() - start
     start = time.perf_counter()
     for _ in range(calls):
         loop.states, loop.keys, loop.metric_sums = trainer.update_step(

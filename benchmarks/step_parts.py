@@ -15,6 +15,14 @@ call costs depends on how it is made. Per call, in milliseconds, for each case
 - `jax.device_put` of the minibatches alone, waited on;
 - the replay sample (host), from a buffer holding a few hundred transitions (capacity 20,000);
 - one env step of every seed with uniform random actions, with the replay insert (host).
+With --replay_on_device, also for a loop with the buffer on the device (`launch.device_loop`):
+- its training step's calls (the update, which draws and gathers its minibatches on the device,
+  then the next actions with the next step's draw), waited on for the actions, and back to back;
+- the insert of one transition per seed (next observations, rewards, terminations sent);
+- the bytes each loop sends to the device per training step, counted over --steps real steps
+  (`Trainer.step_and_update`) of each loop: the numpy arrays handed to its jitted calls (sent
+  as they are called) and those it puts on the device itself, and the bytes it takes back.
+--env_backend picks the simulator of the env-step row (and of the counted steps).
 Two rounds of the three call rows, then one of the rest. Where a step's update is dispatched
 before its env step (`Trainer.step_and_update`: nearly always, once the buffer is large), and
 the next step's sample is drawn while it computes, the loop's own step is about the longer of
@@ -23,6 +31,7 @@ leaves out); `benchmarks/loop_breakdown.py` times the loop itself, part by part.
 """
 
 import dataclasses
+import functools
 import re
 import sys
 import tempfile
@@ -36,11 +45,17 @@ from recording import record
 
 from agents import make_agent
 from launch.config import AGENT_DEFAULTS, ConfigError, validate
+from launch.device_loop import DeviceReplayTrainer
 from launch.train import Trainer
 
 flags.DEFINE_list("cases", ["sac:4:8", "sac:1:1", "bro:1:10"],
                   "agent:seeds:utd cases, at each agent's default batch size (SAC 256, BRO 128).")
 flags.DEFINE_integer("calls", 30, "Calls timed per row and round.", lower_bound=1)
+flags.DEFINE_boolean("replay_on_device", False, "Also time the loop with the replay buffer on "
+                     "the device, and count both loops' bytes sent per step.")
+flags.DEFINE_enum("env_backend", "dm_control", ["dm_control", "envpool"],
+                  "Simulator of the env-step row and the counted steps.")
+flags.DEFINE_integer("steps", 100, "Training steps whose transfers are counted.", lower_bound=1)
 FLAGS = flags.FLAGS
 
 ENVS = {"sac": "humanoid-stand", "bro": "humanoid-run"}  # the same dimensions (67, 21)
@@ -60,7 +75,7 @@ def run_case(name: str, seeds: int, utd: int, calls: int, logdir: str) -> list[t
     agent = make_agent(name)
     cfg = dataclasses.replace(AGENT_DEFAULTS[name], env=ENVS[name], utd=utd, num_seeds=seeds,
                               start_steps=300, buffer_capacity=20_000, progress=False,
-                              logdir=logdir)
+                              logdir=logdir, env_backend=FLAGS.env_backend)
     validate(cfg)
     trainer = Trainer(agent, cfg)
     loop = trainer.fresh_loop()
@@ -100,13 +115,115 @@ def run_case(name: str, seeds: int, utd: int, calls: int, logdir: str) -> list[t
         env_step()
     rows["replay sample"] = [per_call_ms(lambda: trainer.buffer.sample(cfg.batch_size, utd),
                                          calls)]
-    rows[f"env step of {seeds} seed(s), random actions, + replay insert"] = [
+    rows[f"env step of {seeds} seed(s) ({cfg.env_backend}), random actions, + replay insert"] = [
         per_call_ms(env_step, calls)]
+    if FLAGS.replay_on_device:
+        rows.update(device_rows(agent, dataclasses.replace(cfg, replay_on_device=True),
+                                calls))
     for label, values in rows.items():
         print(f"  {label}: {' / '.join(f'{v:.2f}' for v in values)} ms", flush=True)
+    transfers: dict[str, float] = {}
+    if FLAGS.replay_on_device:
+        host = Trainer(agent, dataclasses.replace(cfg, logdir=f"{logdir}/host"))
+        device = DeviceReplayTrainer(agent, dataclasses.replace(cfg, replay_on_device=True,
+                                                                logdir=f"{logdir}/device"))
+        for kind, counted in (("host replay", host), ("device replay", device)):
+            sent, taken = transfers_per_step(counted, FLAGS.steps)
+            print(f"  {kind}: {sent:,.0f} bytes sent to the device and {taken:,.0f} taken back "
+                  f"per training step (mean of {FLAGS.steps} steps)", flush=True)
+            transfers[f"{kind}: bytes sent per training step"] = sent
+            transfers[f"{kind}: bytes taken back per training step"] = taken
     what = f"{name}, {seeds} seed(s), UTD {utd}"
-    return [(f"{what}, {label}", sum(values) / len(values), "ms per call")
-            for label, values in rows.items()]
+    return ([(f"{what}, {label}", sum(values) / len(values), "ms per call")
+             for label, values in rows.items()]
+            + [(f"{what}, {label}", value, "bytes") for label, value in transfers.items()])
+
+
+def device_rows(agent, cfg, calls: int) -> dict[str, list[float]]:
+    """The device-replay loop's calls per training step, in ms (see the module notes)."""
+    trainer = DeviceReplayTrainer(agent, cfg)
+    loop = trainer.start()
+    while loop.env_step < cfg.start_steps + 100:  # a buffer to draw from, compiled calls
+        trainer.step_and_update(loop)
+    obs = trainer.buffer.to_device(loop.obs)
+
+    def call():
+        slots, _ = trainer.draw(trainer.buffer.replay)
+        trainer.update_on_device(loop, slots)
+        return trainer.act_and_draw(loop.states, obs, loop.keys, trainer.buffer.replay)[0]
+
+    def pipelined():
+        actions = None
+        for _ in range(calls):
+            actions = call()
+        np.asarray(actions)
+
+    rows: dict[str, list[float]] = {}
+    for _ in range(2):
+        rows.setdefault("device replay: call waited on (draw and gather inside)", []).append(
+            per_call_ms(lambda: np.asarray(call()), calls))
+        rows.setdefault("device replay: calls back to back", []).append(
+            per_call_ms(pipelined, 1) / calls)
+    actions = jax.device_put(loop.actions)
+
+    def insert():  # the observation and actions already on the device, as in the loop
+        trainer.buffer.remember(loop.obs, obs)
+        trainer.buffer.remember(loop.actions, actions)
+        n = cfg.num_seeds
+        trainer.buffer.insert(loop.obs, loop.actions, np.zeros(n, np.float32), loop.obs.copy(),
+                              np.zeros(n, bool), np.zeros(n, bool))
+        jax.block_until_ready(trainer.buffer.replay)
+
+    rows["device replay: insert of one transition per seed, waited on"] = [
+        per_call_ms(insert, calls)]
+    return rows
+
+
+def transfers_per_step(trainer, steps: int) -> tuple[float, float]:
+    """Mean bytes sent to and taken back from the device per training step, over `steps`
+    `step_and_update` calls past the random phase (see the module notes)."""
+    loop = trainer.start()
+    while loop.env_step < trainer.cfg.start_steps + 10:
+        trainer.step_and_update(loop)
+    counts = {"sent": 0, "taken": 0}
+
+    def leaves_bytes(tree) -> int:
+        return sum(leaf.nbytes for leaf in jax.tree.leaves(tree)
+                   if isinstance(leaf, np.ndarray | np.generic))
+
+    def counted(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            counts["sent"] += leaves_bytes((args, kwargs))
+            return fn(*args, **kwargs)
+        return call
+
+    for name in ("update_step", "next_actions", "device_update", "act_and_draw", "draw"):
+        if hasattr(trainer, name):
+            setattr(trainer, name, counted(getattr(trainer, name)))
+    take_actions = trainer.take_actions
+
+    def take(loop, actions):  # the host loop copies a device array of actions here
+        counts["taken"] += actions.nbytes if isinstance(actions, jax.Array) else 0
+        take_actions(loop, actions)
+
+    trainer.take_actions = take
+    put, get = jax.device_put, jax.device_get
+    jax.device_put = lambda x, *a, **k: (counts.__setitem__("sent", counts["sent"] +
+                                                            leaves_bytes(x)), put(x, *a, **k))[1]
+
+    def taken(x):
+        out = get(x)
+        counts["taken"] += leaves_bytes(out)
+        return out
+
+    jax.device_get = taken
+    try:
+        for _ in range(steps):
+            trainer.step_and_update(loop)
+    finally:
+        jax.device_put, jax.device_get = put, get
+    return counts["sent"] / steps, counts["taken"] / steps
 
 
 def main(_):

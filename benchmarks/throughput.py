@@ -3,6 +3,7 @@
     python benchmarks/throughput.py            # the full set (a few minutes on 2 cores)
     python benchmarks/throughput.py --quick    # fewer steps
     python benchmarks/throughput.py --seeds=1,4,16   # the update at other seed counts
+    python benchmarks/throughput.py --e2e_seeds=4 --replay_on_device --env_backend=envpool
 
 Prints: pure env stepping (steps/s); the jitted UTD-8 update in seed-updates/s for 1 and 4
 seeds (--seeds), its FLOP/s as a fraction of this machine's measured float32 matmul peak (in
@@ -11,7 +12,8 @@ machine's speed drifts, and a peak timed minutes apart from the update moves the
 several points) next to the fractions that the critics' layers' matmuls reach alone, and the
 seconds its compilation took; end-to-end training steps/s at UTD 1 and 8, against the sum of
 env, update and eval time measured apart in between (the loop's overhead), in --rounds rounds
-and their median. Each round evaluates as often, per training step, as a run with the default
+and their median (--e2e_seeds seeds trained together, with --env_backend and --replay_on_device
+as a run takes them). Each round evaluates as often, per training step, as a run with the default
 settings does (one episode per 1,000 steps: 10 every 10,000; with --quick, one per 300, so
 more often); the spectral and feature diagnostics that a run writes with each evaluation are
 timed apart and added at their default frequency (once per 10,000 steps), since a round is
@@ -55,11 +57,18 @@ flags.DEFINE_boolean("quick", False, "Fewer steps (a rough check).")
 flags.DEFINE_list("seeds", ["1", "4"], "Seed counts at which the update is timed.")
 flags.DEFINE_integer("rounds", 3, "End-to-end rounds (loop and parts measured apart) per UTD.")
 flags.DEFINE_integer("update_rounds", 3, "Rounds of the update's timing, each after the peak's.")
+flags.DEFINE_list("utds", ["1", "8"], "UTDs of the end-to-end rounds (1 and/or 8).")
+flags.DEFINE_integer("e2e_seeds", 1, "Seeds trained together in the end-to-end rounds.",
+                     lower_bound=1)
+flags.DEFINE_enum("env_backend", "dm_control", ["dm_control", "envpool"],
+                  "Simulator of the env stepping and end-to-end rounds.")
+flags.DEFINE_boolean("replay_on_device", False, "End-to-end rounds with the replay buffer on "
+                     "the device.")
 FLAGS = flags.FLAGS
 
 
 def env_steps_per_second(name: str, steps: int) -> float:
-    env = make_vector_env(name, [0])
+    env = make_vector_env(name, [0], backend=FLAGS.env_backend)
     env.reset()
     return steps / env_seconds(env, steps, np.random.default_rng(0))
 
@@ -74,13 +83,16 @@ def end_to_end(utd: int, steps: int, rounds: int, chunks: int = 10):
     compilation, first evaluation) is not timed. Returns the rounds and the seconds of one
     diagnostics pass, which the timed iterations leave out (see the module notes)."""
     results = []
-    env = make_vector_env(FLAGS.env, [0])
+    seeds = FLAGS.e2e_seeds
+    env = make_vector_env(FLAGS.env, list(range(seeds)), backend=FLAGS.env_backend)
     env.reset()
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as logdir:
         episodes = max(1, round(steps / 1000))
         trainer = sac_trainer(logdir, FLAGS.env, utd, eval_every=steps, eval_episodes=episodes,
-                              max_steps=10**7, checkpoint_every=10**7)
+                              max_steps=10**7, checkpoint_every=10**7, num_seeds=seeds,
+                              env_backend=FLAGS.env_backend,
+                              replay_on_device=FLAGS.replay_on_device)
         loop = trainer.start()
         started = time.time()
         while loop.env_step < trainer.cfg.start_steps + steps:
@@ -114,9 +126,9 @@ def main(_):
     print(f"devices: {jax.devices()}; XLA_FLAGS: {xla_flags()}")
     print(f"matmul peak (float32, jit, {size}x{size}): {peak / 1e9:.1f} GFLOP/s")
     env_rate = env_steps_per_second(FLAGS.env, 2000 if quick else 10000)
-    print(f"pure env stepping, {FLAGS.env}: {env_rate:.0f} steps/s")
+    print(f"pure env stepping, {FLAGS.env} ({FLAGS.env_backend}): {env_rate:.0f} steps/s")
     rows = [("matmul peak (float32)", peak / 1e9, "GFLOP/s"),
-            (f"pure env stepping, {FLAGS.env}", env_rate, "steps/s")]
+            (f"pure env stepping, {FLAGS.env} ({FLAGS.env_backend})", env_rate, "steps/s")]
 
     agent = make_agent("sac")
     for seeds in map(int, FLAGS.seeds):
@@ -143,6 +155,8 @@ def main(_):
               f"256x256 hidden layer, {100 * first / peak:.1f} % for the 88x256 first layer")
 
     for utd, steps in ((1, 2000), (8, 1000)):  # whole thousands: the default eval share
+        if str(utd) not in FLAGS.utds:
+            continue
         steps = 300 if quick else steps
         rounds, diagnose = end_to_end(utd, steps, FLAGS.rounds)
         every = TrainConfig().eval_every
@@ -152,8 +166,10 @@ def main(_):
             loop_part = 100 * (r["loop"] / parts - 1)
             diagnostics = 100 * diagnose / (every * parts / steps)  # per `every` steps' parts
             added.append(loop_part + diagnostics)
-            print(f"end to end, UTD {utd}: {steps / r['loop']:.0f} env steps/s while "
-                  f"training; loop {r['loop']:.2f} s vs env {r['env']:.2f} s + update "
+            print(f"end to end, UTD {utd}, {FLAGS.e2e_seeds} seed(s) ({FLAGS.env_backend}, "
+                  f"replay on the {'device' if FLAGS.replay_on_device else 'host'}): "
+                  f"{steps / r['loop']:.0f} env steps/s while training; loop {r['loop']:.2f} s "
+                  f"vs env {r['env']:.2f} s + update "
                   f"{r['update']:.2f} s + eval {r['eval']:.2f} s measured apart: the loop adds "
                   f"{loop_part:+.1f} %, and the diagnostics {diagnostics:.2f} % ({diagnose:.3f} s "
                   f"once per {every} steps): {added[-1]:+.1f} %")

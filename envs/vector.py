@@ -69,8 +69,19 @@ class VectorEnv:
             env.set_rng_state({k: np.asarray(v)[i] for k, v in state.items()})
 
 
-def make_vector_env(name: str, seeds: Sequence[int], action_repeat: int = 1) -> VectorEnv:
-    """One `make_env(name, seed, action_repeat)` per seed; seeds must be distinct."""
+ENV_BACKENDS = ("dm_control", "envpool")
+
+
+def make_vector_env(name: str, seeds: Sequence[int], action_repeat: int = 1,
+                    backend: str = "dm_control"):
+    """One `make_env(name, seed, action_repeat)` per seed (seeds must be distinct), stepped one
+    after another; or, with backend "envpool", an `EnvPoolVectorEnv` (imported only then)."""
+    if backend == "envpool":
+        from envs.envpool_backend import EnvPoolVectorEnv
+
+        return EnvPoolVectorEnv(name, seeds, action_repeat)
+    if backend != "dm_control":
+        raise ValueError(f"unknown env backend {backend!r}; known: {', '.join(ENV_BACKENDS)}")
     seeds = [check_seed(s) for s in seeds]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct (one independent env each), got {seeds}")

@@ -17,10 +17,12 @@ from absl import flags
 
 from agents import AGENTS
 from envs.dmc import EPISODE_STEPS
+from envs.vector import ENV_BACKENDS
 from interventions import registry
 from interventions.schedule import SCHEDULE_UNITS, make_schedule
 from replay.buffer import MAX_CAPACITY
 
+MAX_DEVICE_CAPACITY = 2**31 - 1  # replay.device's
 RESUME_MODES = ("auto", "never", "must")
 HELP_FLAGS = {"help", "?", "helpshort", "helpfull", "helpxml"}
 # Seeds one process trains: it builds and steps their envs (two per seed) one after another on
@@ -104,6 +106,9 @@ class _TrainConfig:
     wandb_entity: str = ""
     wandb_group: str = ""
     wandb_mode: str = "online"
+    # Throughput (docs/performance-gpu.md): the simulator the envs run in, and where replay lives.
+    env_backend: str = "dm_control"
+    replay_on_device: bool = False
 
     @property
     def diagnostics_batch(self) -> int:
@@ -208,6 +213,10 @@ def validate(cfg: TrainConfig) -> None:
                           f"{registry.canonical(cfg.intervention)!r} in a config (methods "
                           "joined by '+')")
     validate_dashboards(cfg)
+    _choice("env_backend", cfg.env_backend, ENV_BACKENDS)
+    if cfg.replay_on_device and cfg.buffer_capacity > MAX_DEVICE_CAPACITY:
+        raise ConfigError(f"--buffer_capacity must be at most 2**31 - 1 ({MAX_DEVICE_CAPACITY:,}) "
+                          f"with --replay_on_device, got {cfg.buffer_capacity:,}")
     steps = cfg.intervention_steps
     if any(s <= 0 for s in steps):
         raise ConfigError(f"--intervention_steps must be positive env steps, got {list(steps)}")
@@ -450,6 +459,12 @@ def define_flags(defaults: TrainConfig) -> None:
                       "if none.")
     flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
     define_dashboard_flags(d)
+    flags.DEFINE_enum("env_backend", d.env_backend, list(ENV_BACKENDS), "Simulator of the "
+                      "train and eval envs: dm_control (the reference), or EnvPool's C++ ports "
+                      "of the suite's tasks, stepped in a thread pool (the tasks that match "
+                      "dm_control's; see docs/performance-gpu.md).")
+    flags.DEFINE_boolean("replay_on_device", d.replay_on_device, "Keep the replay buffer in the "
+                         "accelerator's memory and sample it inside the compiled update.")
     flags.DEFINE_boolean("dry_run", False, "Make the checks a run makes before training "
                          "(flags, env name, agent hyperparameters, clip parts, the run "
                          "directory) and exit as it would, 0 when it would train; reads the run "

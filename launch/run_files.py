@@ -70,7 +70,8 @@ def config_record(train_config, agent_config) -> dict:
 ADDED_SETTINGS = {"dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
                   "diagnostics_batch_size": 0, "eval_seed_offset": 42,
                   "agent_config.init_scale": math.sqrt(2.0), "intervention_unit": "env_steps",
-                  "agent_config.flax_layers": False}
+                  "agent_config.flax_layers": False, "env_backend": "dm_control",
+                  "replay_on_device": False}
 
 
 def added_settings() -> dict:

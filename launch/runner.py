@@ -21,6 +21,7 @@ from absl import flags, logging
 
 from agents import make_agent
 from envs import UnknownEnvError, check_env_name, make_env
+from envs.envpool_backend import EnvBackendError, check_task
 from launch import ctrl_c
 from launch.config import (
     ConfigError,
@@ -54,6 +55,7 @@ from launch.train import (
     UnevenEpisodes,
     check_fits,
     checkpoint_dirs,
+    make_trainer,
     resume_state,
 )
 
@@ -157,6 +159,8 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         validate(cfg)
         check_env_name(cfg.env)
         check_installed(cfg)
+        if cfg.env_backend == "envpool":
+            check_task(cfg.env, cfg.seed + cfg.num_seeds - 1 + cfg.eval_seed_offset)
         agent = make_agent(agent_name, agent_config())
         intervention_plan(agent, cfg)  # its parts: an error here, before anything compiles
         if flags.FLAGS.dry_run:
@@ -181,7 +185,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
             return
         check_writable(cfg.run_dir)
         lock = lock or _lock(cfg.run_dir)  # noqa: F841 - released when the process ends
-    except (ConfigError, UnknownEnvError) as e:
+    except (ConfigError, UnknownEnvError, EnvBackendError) as e:
         _fail(str(e), 2)
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 2)
@@ -191,7 +195,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     try:  # a Ctrl-C from the banner on is answered with what the run directory holds
         print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
               f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr, flush=True)
-        trainer = Trainer(agent, cfg)
+        trainer = make_trainer(agent, cfg)
         signal.signal(signal.SIGTERM, _stop_at_episode_end(trainer))
         trainer.run()
     except Diverged as e:

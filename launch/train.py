@@ -53,6 +53,7 @@ from launch.run_files import (
     write_json,
 )
 from replay import ReplayBuffer
+from replay.device import replay_nbytes
 
 
 @dataclasses.dataclass
@@ -152,22 +153,30 @@ def seed_init(agent: Agent, seeds, obs_dim: int, act_dim: int):
     return jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim))), keys
 
 
-def check_state_fits(init_fn, init_keys: jax.Array) -> int:
-    """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make
-    cannot fit on the default device. Only traces `init_fn` (the trace is the one its first
-    call uses): XLA can compile networks far too large for a GPU's memory for over a minute
-    before failing, so they are refused here. What an update holds beyond the state is left to
-    the allocation that fails. Returns the state's bytes."""
-    need = tree_nbytes(jax.eval_shape(init_fn, init_keys))
+def check_state_fits(init_fn, init_keys: jax.Array, replay_bytes: int = 0) -> int:
+    """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make,
+    with `replay_bytes` of replay buffer on the device, cannot fit on the default device. Only
+    traces `init_fn` (the trace is the one its first call uses): XLA can compile networks far
+    too large for a GPU's memory for over a minute before failing, so they are refused here.
+    What an update holds beyond the state is left to the allocation that fails. Returns the
+    states' bytes."""
+    state = tree_nbytes(jax.eval_shape(init_fn, init_keys))
+    need = state + replay_bytes
     device = jax.devices()[0]
     have = device_memory_bytes(device)
     if have is not None and need > have:
         sizes = _told_apart(need, have)
+        what = (f"the agent's state (parameters, target networks and optimizer moments) of "
+                f"{init_keys.shape[0]} seed(s) takes")
+        if replay_bytes:
+            parts = _told_apart(state, replay_bytes)
+            what = f"{what} {parts[0]} and their replay buffer on the device {parts[1]}: together"
         raise TooLargeForMemory(
-            f"the agent's state (parameters, target networks and optimizer moments) of "
-            f"{init_keys.shape[0]} seed(s) takes {sizes[0]}, more than the "
-            f"{device.platform.upper()}'s {sizes[1]}")
-    return need
+            f"{what} {sizes[0]}, more than the {device.platform.upper()}'s {sizes[1]}",
+            advice=("the networks' sizes, --num_seeds and --buffer_capacity (--replay_on_device) "
+                    "set it: lower them") if replay_bytes else
+            "the networks' sizes and --num_seeds set it: lower them")
+    return state
 
 
 def check_fits(agent: Agent, cfg: TrainConfig, env) -> tuple[Any, jax.Array]:
@@ -177,7 +186,9 @@ def check_fits(agent: Agent, cfg: TrainConfig, env) -> tuple[Any, jax.Array]:
     dimensions and sizes from `env`, one env of the run's task, so it runs before the run's
     envs are built (minutes for a thousand seeds) and before anything compiles."""
     init_fn, init_keys = seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim)
-    states = check_state_fits(init_fn, init_keys)
+    on_device = (replay_nbytes(cfg.num_seeds, cfg.buffer_capacity, env.obs_dim, env.act_dim)
+                 if cfg.replay_on_device else 0)
+    states = check_state_fits(init_fn, init_keys, on_device)
     device = jax.devices()[0]
     # On a CPU the device's memory is the host's (device_memory_bytes says so, or nothing).
     have = device_memory_bytes(device) if device.platform == "cpu" else host_memory_bytes()
@@ -185,8 +196,9 @@ def check_fits(agent: Agent, cfg: TrainConfig, env) -> tuple[Any, jax.Array]:
     parts = {
         f"the replay buffer ({cfg.num_seeds:,} seed(s) x {transitions:,} transitions, the "
         "smaller of --buffer_capacity and --max_steps)":
+            0 if cfg.replay_on_device else
             buffer_nbytes(cfg.num_seeds, transitions, env.obs_dim, env.act_dim),
-        f"{2 * cfg.num_seeds:,} dm_control envs (training and evaluation)":
+        f"{2 * cfg.num_seeds:,} envs (training and evaluation)":
             2 * cfg.num_seeds * env_nbytes(env),
         "the agents' states": states if device.platform == "cpu" else 0,
         "this process so far": process_memory_bytes(),
@@ -207,6 +219,16 @@ def check_fits(agent: Agent, cfg: TrainConfig, env) -> tuple[Any, jax.Array]:
 # repeat, and a squared TD error at most (200 x the action repeat)**2, 4e4 at action repeat 1.
 # A loss past 1e10 is far past any bound the tasks set: it grows without one.
 LOSS_LIMIT = 1e10
+
+
+def make_trainer(agent: Agent, cfg: TrainConfig) -> "Trainer":
+    """The trainer `cfg` asks for: replay in host memory, or on the device
+    (`launch.device_loop.DeviceReplayTrainer`, imported only then)."""
+    if cfg.replay_on_device:
+        from launch.device_loop import DeviceReplayTrainer
+
+        return DeviceReplayTrainer(agent, cfg)
+    return Trainer(agent, cfg)
 
 
 class Stopped(RuntimeError):
@@ -433,13 +455,12 @@ class Trainer:
         # Checked with one env of the task before the run's envs (two per seed) are built.
         self.init_fn, self.init_keys = check_fits(
             agent, cfg, make_env(cfg.env, cfg.seed, cfg.action_repeat))
-        self.env = make_vector_env(cfg.env, seeds, cfg.action_repeat)
+        self.env = make_vector_env(cfg.env, seeds, cfg.action_repeat, cfg.env_backend)
         self.eval_env = make_vector_env(cfg.env, [s + cfg.eval_seed_offset for s in seeds],
-                                        cfg.action_repeat)
+                                        cfg.action_repeat, cfg.env_backend)
         self.obs_dim, self.act_dim = self.env.obs_dim, self.env.act_dim
-        self.buffer = ReplayBuffer(len(seeds), cfg.buffer_capacity, self.obs_dim, self.act_dim,
-                                   seed=cfg.seed)
         self.random_actions = np.random.default_rng([cfg.seed, 1])
+        self.buffer = self.make_buffer()
         self.update_step, self.next_actions, self.eval_act = make_step_fns(agent)
         self.update_during_env_step = True  # False: always after it (tests compare the two)
         self.prefetched: Prefetched | None = None
@@ -464,6 +485,10 @@ class Trainer:
         minibatches are the same with and without the event's draw."""
         rng = np.random.default_rng([self.cfg.seed, 3, env_step])
         return to_batch(self.buffer.sample(batch_size, batches, rng=rng))
+
+    def make_buffer(self) -> ReplayBuffer:
+        return ReplayBuffer(self.cfg.num_seeds, self.cfg.buffer_capacity, self.obs_dim,
+                            self.act_dim, seed=self.cfg.seed)
 
     def fresh_loop(self) -> Loop:
         states = self.init_fn(self.init_keys)

@@ -221,11 +221,11 @@ def test_the_eval_envs_are_seeded_by_the_eval_seed_offset(monkeypatch):
     class Stop(Exception):
         pass
 
-    def record(name, seeds, action_repeat=1):
+    def record(name, seeds, action_repeat=1, backend="dm_control"):
         seen.append(list(seeds))
         if len(seen) == 2:
             raise Stop  # the train and eval envs are made; nothing else is needed
-        return make_vector_env(name, seeds, action_repeat)
+        return make_vector_env(name, seeds, action_repeat, backend)
 
     monkeypatch.setattr(train, "make_vector_env", record)
     agent = make_agent("sac", SACConfig())
@@ -255,8 +255,8 @@ def test_episodes_ending_for_some_seeds_only_stop_the_run_naming_them(monkeypatc
 
     made = []
 
-    def make(name, seeds, action_repeat=1):
-        env = make_vector_env(name, seeds, action_repeat)
+    def make(name, seeds, action_repeat=1, backend="dm_control"):
+        env = make_vector_env(name, seeds, action_repeat, backend)
         made.append(env)
         return FirstSeedEndsEarly(env) if len(made) == 1 else env
 
