@@ -46,6 +46,7 @@ class _ContinualConfig:
     epochs: int = 0
     batch_size: int = 0
     hidden_dim: int = 0
+    channels: tuple[int, ...] = ()  # conv blocks' widths; (): the benchmark's
     layer_norm: bool = True
     optimizer: str = "adam"
     learning_rate: float = DEFAULT_LEARNING_RATE
@@ -104,6 +105,7 @@ def supervised_defaults() -> "ContinualConfig":
 
 
 CONTINUAL_DEFAULTS = supervised_defaults()
+MAX_CONV_BLOCKS = 5  # 32 x 32 images, halved by each block's max-pool
 ZERO_MEANS_DEFAULT = ("num_tasks", "examples", "epochs", "batch_size", "hidden_dim")
 
 
@@ -122,6 +124,9 @@ def define_flags(d: ContinualConfig = CONTINUAL_DEFAULTS) -> None:
                          "epoch takes examples // batch_size minibatches of a new shuffle.")
     flags.DEFINE_integer("hidden_dim", d.hidden_dim, "Width of the hidden Dense layer; 0: the "
                          "benchmark's (256; ImageNet 512).")
+    flags.DEFINE_list("channels", [str(c) for c in d.channels], "Conv blocks' widths of the "
+                      "conv benchmarks (one block each); empty: the benchmark's (CIFAR 32,64; "
+                      "ImageNet 64,128,256).")
     flags.DEFINE_boolean("layer_norm", d.layer_norm, "LayerNorm after the hidden Dense (the "
                          "paper's LayerNorm baseline is --intervention=none).")
     flags.DEFINE_enum("optimizer", d.optimizer, list(OPTIMIZERS), "adam, sgd, or optax's muon "
@@ -174,6 +179,11 @@ def config_from_flags() -> ContinualConfig:
     names = [field.name for field in dataclasses.fields(ContinualConfig)]
     values = {name: f[name].value for name in names}
     values["dormant_taus"] = _floats("dormant_taus", values["dormant_taus"])
+    try:
+        values["channels"] = tuple(int(c) for c in values["channels"])
+    except ValueError:
+        raise ConfigError(f"--channels must be a comma-separated list of integers, got "
+                          f"{','.join(values['channels'])!r}") from None
     values.update(method_values(values))
     if values["task"] not in BENCHMARKS:
         raise ConfigError(f"--task={values['task']!r} is not a benchmark; accepted: "
@@ -186,6 +196,8 @@ def config_from_flags() -> ContinualConfig:
     for name in ZERO_MEANS_DEFAULT:
         if values[name] == 0:
             values[name] = getattr(benchmark, name)
+    if not values["channels"] and benchmark.network == "conv":
+        values["channels"] = benchmark.channels
     cfg = ContinualConfig(**values)
     validate(cfg)
     check_read_when(cfg, {name for name in names if f[name].present})
@@ -202,6 +214,12 @@ def validate(cfg: ContinualConfig) -> None:
         value = getattr(cfg, name)
         if not isinstance(value, int) or value <= 0 or value > 2**31 - 1:
             raise ConfigError(f"--{name} must be a positive integer, got {value}")
+    if cfg.channels and cfg.benchmark.network != "conv":
+        raise ConfigError(f"--channels sets the conv blocks of random_label_cifar, "
+                          f"random_label_imagenet and continual_imagenet; {cfg.task} has none")
+    if any(c <= 0 for c in cfg.channels) or len(cfg.channels) > MAX_CONV_BLOCKS:
+        raise ConfigError(f"--channels must be 1 to {MAX_CONV_BLOCKS} positive widths (each "
+                          f"block halves the 32 x 32 images), got {list(cfg.channels)}")
     if cfg.seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {cfg.seed}")
     if not (cfg.learning_rate > 0 and math.isfinite(cfg.learning_rate)):

@@ -11,7 +11,8 @@ import numpy as np
 
 def write_idx(path: str, array: np.ndarray, magic: int, compress: bool = False) -> None:
     """An IDX file: big-endian magic and dimensions, then the uint8 data."""
-    data = struct.pack(f">{1 + array.ndim}I", magic, *array.shape) + array.astype(np.uint8).tobytes()
+    header = struct.pack(f">{1 + array.ndim}I", magic, *array.shape)
+    data = header + array.astype(np.uint8).tobytes()
     opener = gzip.open if compress else open
     with opener(path + (".gz" if compress else ""), "wb") as f:
         f.write(data)
