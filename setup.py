@@ -17,6 +17,7 @@ RUNTIME = [
     "matplotlib==3.11.2",
     "tqdm==4.70.1",
     "submitit==1.5.4",
+    "scikit-learn==1.9.1",  # its bundled 8x8 digits: the continual benchmarks' default data
 ]
 # rliable is a test-time cross-check only; its arch 7.2 dependency breaks on import with
 # pandas 3, hence the pandas pin.
@@ -32,7 +33,7 @@ setup(
     description="SAC and BRO in JAX/Flax with SingularClip and resets, for studying plasticity.",
     python_requires=">=3.10",
     packages=find_packages(include=["agents*", "networks*", "interventions*", "replay*",
-                                    "envs*", "launch*", "analysis*"]),
+                                    "envs*", "launch*", "analysis*", "continual*"]),
     install_requires=RUNTIME,
     extras_require={"test": TEST},
 )
