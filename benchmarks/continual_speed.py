@@ -22,10 +22,13 @@ them, for none and every registered method, each timed from its start (compilati
 
 import argparse
 import dataclasses
+import os
 import tempfile
 import time
 
-import jax
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as launch/run_continual.py sets it
+
+import jax  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 from bench_utils import best_time, flops, matmul_peak, xla_flags
