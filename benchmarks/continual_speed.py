@@ -140,7 +140,8 @@ def comparison_part(data: str, seeds: int, tasks: int) -> None:
         seconds = time.perf_counter() - start
         total += seconds
         print(f"  {name}: {seconds:.1f} s")
-    print(f"whole comparison: {total / 60:.1f} min for {len(methods)} methods")
+    print(f"whole comparison: {total / 60:.1f} min for {len(methods)} methods (load average "
+          f"now {os.getloadavg()[0]:.1f})")
 
 
 def main() -> None:
@@ -153,7 +154,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     parts = args.parts.split(",")
-    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}")
+    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {os.cpu_count()} cores; "
+          f"load average at the start {os.getloadavg()[0]:.1f}")
     if "step" in parts:
         step_part(args.seeds, args.rounds)
     if "events" in parts:

@@ -15,10 +15,10 @@ import os
 import signal
 import sys
 
-# One OpenBLAS thread for LAPACK (the SVDs of clip and of the diagnostics, through scipy's
-# OpenBLAS), set before numpy loads it: its threads spin against XLA's for the two cores, and
-# ten 64 x 256 SVDs took 0.50 s with its default threads against 0.019 s with one on a loaded
-# 2-core machine (docs/continual.md).
+# One OpenBLAS thread for LAPACK (the SVDs of clip and of the diagnostics go through scipy's
+# OpenBLAS), set before numpy loads it: its threads spin against XLA's and other processes' for
+# the cores. On a 2-core machine under load, interventions.linalg.singular_values of ten
+# 64 x 256 matrices took 0.50 s with OpenBLAS's default threads and 0.019 s with one.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import launch.startup  # noqa: E402,F401 (first of the rest: holds a Ctrl-C in the imports)
