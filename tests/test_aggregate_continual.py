@@ -130,3 +130,15 @@ def test_sweep_grid_of_continual_methods_tasks_and_c_values(tmp_path):
         with pytest.raises(SweepError) as e:
             make_grid("continual", **kwargs)
         assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_the_comparison_in_one_command(tmp_path):
+    proc = run("compare_continual.py", "--tasks=random_label_digits", "--interventions=none,clip",
+               "--seeds=2", f"--logdir={tmp_path}", "--reps=200", "--", "--num_tasks=2",
+               "--epochs=1", "--hidden_dim=8", "--progress=false", timeout=600)
+    assert "P(clip > none)" in proc.stdout
+    for name in ("none-seed0", "clip-seed0"):
+        assert (tmp_path / "continual" / "random_label_digits" / name / "done.json").exists()
+    rows = read_csv(tmp_path / "aggregate" / "random_label_digits" / "table.csv")
+    assert {r["method"] for r in rows} == {"none", "clip"}
+    assert all(r["seeds"] == "2" and r["tasks"] == "2" for r in rows)
