@@ -32,7 +32,14 @@ from continual.data import DataError
 from continual.loop import ContinualRun, Diverged, Stopped, resume_state
 from launch import ctrl_c
 from launch.config import ConfigError, one_line_flag_parser
-from launch.run_files import EXIT_IN_USE, EXIT_STOPPED, CannotResume, RunDirInUse, lock_run_dir
+from launch.run_files import (
+    EXIT_IN_USE,
+    EXIT_STOPPED,
+    CannotResume,
+    RunDirInUse,
+    check_not_in_use,
+    lock_run_dir,
+)
 from launch.runner import check_writable
 
 continual_config.define_flags()
@@ -70,6 +77,7 @@ def _main(argv: list[str]) -> None:
         record = continual_config.record(cfg, run.learner_config)
         state = resume_state(cfg, record)
         if f.dry_run:
+            check_not_in_use(cfg.run_dir)
             print(f"settings checked; {cfg.run_dir} "
                   + {"fresh": "would be trained", "resume": "would resume from its last "
                      "checkpoint", "done": "has finished: nothing to do"}[state]
