@@ -30,6 +30,7 @@ from absl import app, flags, logging
 from continual import config as continual_config
 from continual.data import DataError
 from continual.loop import ContinualRun, Diverged, Stopped, resume_state
+from launch import config as launch_config
 from launch import ctrl_c
 from launch.config import ConfigError, one_line_flag_parser
 from launch.run_files import (
@@ -43,6 +44,8 @@ from launch.run_files import (
 from launch.runner import check_writable
 
 continual_config.define_flags()
+flags.adopt_module_key_flags(continual_config)  # its flags and the methods' show in --help
+flags.adopt_module_key_flags(launch_config)
 
 
 def _fail(message: str, code: int) -> None:
