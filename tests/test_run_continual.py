@@ -4,8 +4,10 @@ boundary, and bad input as one line with exit code 2."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -133,3 +135,24 @@ def test_bad_input_is_one_line(tmp_path, args, words):
     for word in words:
         assert word in line, line
     assert not os.path.exists(tmp_path / "continual")
+
+
+def test_sigterm_stops_at_a_task_boundary_after_a_checkpoint(tmp_path):
+    flags = ["--task=random_label_digits", "--num_tasks=200", "--num_seeds=1", "--hidden_dim=8",
+             "--epochs=1", "--diagnostics=false", "--progress=false", f"--logdir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "launch", "run_continual.py"),
+                             *flags], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    rows = os.path.join(run_dir(tmp_path, "random_label_digits", "none-seed0"), "tasks.csv")
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(rows) and len(read_csv(rows)) >= 2:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    done = len(read_csv(rows))
+    assert f"stopped by SIGTERM after task {done - 1}" in err
+    steps = os.listdir(os.path.join(os.path.dirname(rows), "checkpoints"))
+    assert str(done) in steps and done < 200
