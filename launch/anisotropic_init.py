@@ -23,7 +23,7 @@ import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from continual.data import LOADERS, DataError
 from continual.learner import DEFAULT_LEARNING_RATE, Examples, LearnerConfig, make_learner
@@ -167,6 +167,7 @@ def run() -> None:
 
 
 def main(argv: list[str]) -> None:
+    logging.set_verbosity(logging.WARNING)
     try:
         if len(argv) > 1:
             raise Error(f"unexpected arguments {argv[1:]}; every setting is a --flag")
