@@ -13,9 +13,9 @@ training images) under random_label_mnist's protocol (2,048 examples, 10 epochs,
 data on the device, in seed-steps/s and as a fraction of the float32 matmul peak timed just
 before it (FLOPs from XLA's cost analysis of the step); and one task's compiled call (40 steps
 gathering their minibatches, then the final accuracy), its training FLOPs over its time.
-(2) events: per registered event, the time of one event at a task boundary (10 seeds) over the
-time of one task's call: what it adds to a run that intervenes at every boundary; per
-registered per-step method, its task call's time over that of no method.
+(2) events (on each --data): per registered event, the time of one event at a task boundary
+(10 seeds) over the time of one task's call: what it adds to a run that intervenes at every
+boundary; per registered per-step method, its task call's time over that of no method.
 (3) comparison: whole runs, 100 tasks, 10 seeds, diagnostics at every task as a run writes
 them, for none and every registered method, each timed from its start (compilation included).
 """
@@ -104,12 +104,13 @@ def step_part(seeds: int, rounds: int) -> None:
               f"FLOPs at {steps * step_flops / t_task / peak:.1%} of the peak")
 
 
-def events_part(seeds: int, rounds: int) -> None:
-    source = mnist_sized()
-    base = make_run("random_label_mnist", source, "none", seeds, 2, tempfile.mkdtemp())
+def events_part(data: str, seeds: int, rounds: int) -> None:
+    task, source = source_of(data)
+    print(f"{task}: what interventions add to a task")
+    base = make_run(task, source, "none", seeds, 2, tempfile.mkdtemp())
     go_none, _ = task_call(base)
     for name, method in registered().items():
-        run = make_run("random_label_mnist", source, name, seeds, 2, tempfile.mkdtemp())
+        run = make_run(task, source, name, seeds, 2, tempfile.mkdtemp())
         go, states = task_call(run)
         for r in range(rounds):
             t_task = best_time(go, repeats=3)
@@ -147,8 +148,8 @@ def comparison_part(data: str, seeds: int, tasks: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", default="step,events,comparison")
-    parser.add_argument("--data", default="digits,mnist", help="comparison inputs: digits, "
-                        "mnist (MNIST-sized synthetic)")
+    parser.add_argument("--data", default="digits,mnist", help="inputs of the events and "
+                        "comparison parts: digits, mnist (MNIST-sized synthetic)")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
@@ -159,7 +160,8 @@ def main() -> None:
     if "step" in parts:
         step_part(args.seeds, args.rounds)
     if "events" in parts:
-        events_part(args.seeds, args.rounds)
+        for data in args.data.split(","):
+            events_part(data, args.seeds, args.rounds)
     if "comparison" in parts:
         for data in args.data.split(","):
             comparison_part(data, args.seeds, args.tasks)
