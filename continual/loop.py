@@ -106,7 +106,7 @@ def learner_config(cfg: ContinualConfig, source: Source) -> LearnerConfig:
     b = cfg.benchmark
     return LearnerConfig(network=b.network, input_shape=tuple(source.images.shape[1:]),
                          num_classes=output_classes(b, source.num_classes),
-                         hidden_dims=(cfg.hidden_dim,), channels=cfg.channels,
+                         hidden_dims=(cfg.hidden_dim,), channels=cfg.channels or b.channels,
                          layer_norm=cfg.layer_norm, optimizer=cfg.optimizer,
                          learning_rate=cfg.learning_rate)
 

@@ -130,6 +130,7 @@ def synthetic_source(network: str) -> Source:
 
 def tiny_run(tmp_path, network: str, intervention: str, **settings) -> ContinualRun:
     task = "random_label_digits" if network == "mlp" else "random_label_cifar"
+    settings = {"channels": (4, 6), **settings} if network == "conv" else settings
     cfg = dataclasses.replace(CONTINUAL_DEFAULTS, task=task, num_tasks=3, examples=32, epochs=1,
                               batch_size=16, hidden_dim=16, num_seeds=2,
                               intervention=intervention, logdir=str(tmp_path), progress=False,
@@ -164,6 +165,7 @@ def test_clip_at_a_boundary_puts_every_singular_value_into_half_to_two(tmp_path)
                                task.order)
     states = jax.tree.map(lambda a: a * 3.0 if a.ndim >= 3 else a, states)  # spread spectra
     clipped, rows = run.event(states, 0)
+    assert clipped.net.params["Conv_1"]["kernel"].shape == (2, 3, 3, 4, 6)
     for layer in ("Conv_1", "MLP_0"):
         tree = clipped.net.params[layer]
         kernel = np.asarray(tree["kernel"] if "kernel" in tree else tree["Dense_0"]["kernel"])
