@@ -23,6 +23,7 @@ from launch.config import (
     method_values,
     with_method_settings,
 )
+from launch.run_files import versions
 
 # Method settings of continual runs where they differ from the registry's defaults, by method
 # and field; applied where the method is registered (tests/test_continual_learner.py checks
@@ -272,8 +273,6 @@ def unused_flags_warning(cfg: ContinualConfig, given) -> str | None:
 
 def record(cfg: ContinualConfig, learner_config) -> dict:
     """config.json's record: every setting, the learner's config and the library versions."""
-    from launch.run_files import versions
-
     out = dataclasses.asdict(cfg)
     out["run_name"] = cfg.name
     out["learner_config"] = dataclasses.asdict(learner_config)
