@@ -17,6 +17,7 @@ RUNTIME = [
     "matplotlib==3.11.2",
     "tqdm==4.70.1",
     "submitit==1.5.4",
+    "scikit-learn==1.9.1",  # its bundled 8x8 digits: the continual benchmarks' default data
 ]
 # The optional dashboards (--log_to): tensorboardX writes the event files without TensorFlow,
 # tensorboard shows them (and reads them back in the tests), wandb logs to Weights & Biases.
@@ -36,7 +37,7 @@ setup(
     description="SAC and BRO in JAX/Flax with SingularClip and resets, for studying plasticity.",
     python_requires=">=3.10",
     packages=find_packages(include=["agents*", "networks*", "interventions*", "replay*",
-                                    "envs*", "launch*", "analysis*"]),
+                                    "envs*", "launch*", "analysis*", "continual*"]),
     install_requires=RUNTIME,
     extras_require={"test": TEST, "logging": LOGGING, "envpool": ENVPOOL},
 )

@@ -53,18 +53,29 @@ def build_intervention(agent: Agent, cfg: TrainConfig, plan: Plan, init_fn: Call
     """
     if plan.event is None:
         return Intervention(run_schedule(cfg) or _Never(), lambda states, env_step: (states, []))
+    return Intervention(run_schedule(cfg),
+                        event_apply(agent, plan, cfg.seeds, init_fn, init_keys, data_fn))
+
+
+def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_keys: jax.Array,
+                data_fn: Callable | None = None) -> Callable:
+    """`(states, step) -> (states, csv rows)`: the plan's event on every seed (vmapped, jitted),
+    with what it needs, and its per-layer report. `learner` is an Agent or any other
+    `interventions.registry.Learner` with `weights(states)`; `step` (an env step, a task
+    boundary) keys its randomness and its rows; `init_fn`, `init_keys` and `data_fn` as in
+    `build_intervention`."""
     method, needs = plan.event.method, set(plan.event.method.needs)
     if "reinit" in needs:
-        needs.add("fresh" if agent.reset_to == "fresh" else "initial")
+        needs.add("fresh" if learner.reset_to == "fresh" else "initial")
     fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
 
     @jax.jit
     def event(states, key, initial, fresh, data):
         def one(state, key, initial, fresh, data):
-            reinit = fresh if agent.reset_to == "fresh" else initial
+            reinit = fresh if learner.reset_to == "fresh" else initial
             ctx = EventContext(key=key, initial=initial, fresh=fresh,
                                reinit=reinit if "reinit" in method.needs else None, data=data,
-                               learner=agent)
+                               learner=learner)
             return plan.apply_event(state, ctx)
 
         return jax.vmap(one)(states, key, initial, fresh, data)
@@ -82,10 +93,10 @@ def build_intervention(agent: Agent, cfg: TrainConfig, plan: Plan, init_fn: Call
         data = data_fn(env_step, *method.data_shape(plan.event.config)) \
             if "data" in needs else None
         new = event(states, key, initial, fresh, data)
-        values = jax.device_get(report(agent.weights(states), agent.weights(new)))
-        return new, list(diag.rows(env_step, cfg.seeds, values, method.name))
+        values = jax.device_get(report(learner.weights(states), learner.weights(new)))
+        return new, list(diag.rows(env_step, seeds, values, method.name))
 
-    return Intervention(run_schedule(cfg), apply)
+    return apply
 
 
 class _Never:

@@ -229,8 +229,10 @@ def lock_run_dir(run_dir: str):
 class RunFiles:
     """The files of one run directory; every `write_*` appends and flushes."""
 
-    def __init__(self, run_dir: str, seeds: Sequence[int], fresh: bool, dashboards=None):
-        """Open the logs; `fresh` empties them (a run starting over), else they are appended.
+    def __init__(self, run_dir: str, seeds: Sequence[int], fresh: bool, dashboards=None,
+                 headers: dict[str, Sequence[str]] = CSV_HEADERS, seed_files: bool = True):
+        """Open the logs (`headers`: CSV file name -> header; `seed_files`: a <seed>.txt per
+        seed too); `fresh` empties them (a run starting over), else they are appended.
         `dashboards` (launch.dashboards.Dashboards, or None) get every CSV row too."""
         self.run_dir = run_dir
         self.seeds = list(seeds)
@@ -239,12 +241,12 @@ class RunFiles:
             dashboards.rewind({})
         os.makedirs(run_dir, exist_ok=True)
         self._files = {}
-        names = [*CSV_HEADERS, *(f"{seed}.txt" for seed in self.seeds)]
+        names = [*headers, *(f"{seed}.txt" for seed in self.seeds if seed_files)]
         for name in names:
             path = os.path.join(run_dir, name)
             handle = open(path, "w" if fresh else "a", newline="")  # noqa: SIM115 - see close()
-            if fresh and name in CSV_HEADERS:
-                csv.writer(handle, lineterminator="\n").writerow(CSV_HEADERS[name])
+            if fresh and name in headers:
+                csv.writer(handle, lineterminator="\n").writerow(headers[name])
                 handle.flush()
             self._files[name] = handle
 
@@ -258,6 +260,10 @@ class RunFiles:
 
     def write_config(self, record: dict) -> None:
         write_json(os.path.join(self.run_dir, "config.json"), record, indent=2, sort_keys=True)
+
+    def write_rows(self, name: str, rows: Iterable[Sequence]) -> None:
+        """Append rows to the CSV file `name` (one of the headers')."""
+        self._rows(name, rows)
 
     def _rows(self, name: str, rows: Iterable[Sequence]) -> None:
         if self.dashboards is not None:

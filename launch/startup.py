@@ -9,7 +9,9 @@ import sys
 
 from launch import ctrl_c
 
-SCRIPTS = ("run_sac.py", "run_bro.py", "sweep.py", "aggregate.py", "plot_run.py")
+SCRIPTS = ("run_sac.py", "run_bro.py", "sweep.py", "aggregate.py", "plot_run.py",
+           "run_continual.py", "aggregate_continual.py", "compare_continual.py",
+           "condition_numbers.py", "anisotropic_init.py")
 
 _program = getattr(sys.modules.get("__main__"), "__file__", None) or ""
 if os.path.basename(_program) in SCRIPTS:

@@ -26,12 +26,13 @@ from absl import app, flags, logging
 from envs import UnknownEnvError
 from interventions import registry
 from launch import ctrl_c
-from launch.config import AGENT_DEFAULTS, one_line_flag_parser
+from launch.config import one_line_flag_parser
 from launch.sweep_lib.grid import (
     AGENTS,
     DEFAULT_SCRIPT_DIR,
     GRID_KEYS,
     PRESETS,
+    RUN_DEFAULTS,
     TRAIN_FLAGS,
     JobSpec,
     SweepError,
@@ -62,16 +63,20 @@ from launch.sweep_lib.submit import (
 )
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("agent", "sac", list(AGENTS), "Agent: its run script is launch/run_<agent>.py.")
-flags.DEFINE_list("envs", [], "dm_control tasks as domain-task.")
+flags.DEFINE_enum("agent", "sac", list(AGENTS), "Agent: its run script is launch/run_<agent>.py "
+                  "(continual: the supervised benchmarks of run_continual.py).")
+flags.DEFINE_list("envs", [], "dm_control tasks as domain-task; for --agent=continual, "
+                  "benchmarks (random_label_digits, ...).")
 flags.DEFINE_list("preset", [], f"Task lists: {', '.join(PRESETS)}.")
 flags.DEFINE_list("interventions", None, f"Any of {', '.join(registry.names())}, or methods "
-                  "joined by '+' (nap+clip); unset: the "
-                  "agent's run script default (" + ", ".join(
-                      f"{a} {AGENT_DEFAULTS[a].intervention}" for a in AGENTS) + ").")
+                  "joined by '+' (nap+clip), or all (none and every registered method); unset: "
+                  "the agent's run script default (" + ", ".join(
+                      f"{a} {RUN_DEFAULTS[a][0]}" for a in AGENTS) + ").")
 flags.DEFINE_list("utds", None, "Update-to-data ratios (integers >= 1); unset: the agent's run "
                   "script default (" + ", ".join(
-                      f"{a} {AGENT_DEFAULTS[a].utd}" for a in AGENTS) + ").")
+                      f"{a} {RUN_DEFAULTS[a][1]}" for a in AGENTS if a != "continual") + ").")
+flags.DEFINE_list("clip_cs", [], "SingularClip c values: each job whose intervention includes "
+                  "clip is run once per value (--clip_c, and -c<c> in its run name).")
 flags.DEFINE_integer("seeds", 1, "Seeds per (env, intervention, UTD).")
 flags.DEFINE_integer("first_seed", 0, "Seeds are first_seed .. first_seed + seeds - 1.")
 flags.DEFINE_integer("seeds_per_job", 0, "Seeds trained (vmapped) by one job; 0: all of them.")
@@ -133,6 +138,7 @@ def grid_jobs(trailing: list[str]) -> list[JobSpec]:
     """The jobs the flags (or --grid) describe."""
     settings = {"agent": FLAGS.agent, "envs": FLAGS.envs, "preset": FLAGS.preset,
                 "interventions": FLAGS.interventions, "utds": FLAGS.utds,
+                "clip_cs": FLAGS.clip_cs,
                 "seeds": FLAGS.seeds, "first_seed": FLAGS.first_seed,
                 "seeds_per_job": FLAGS.seeds_per_job, "extra": _extra_flags(trailing),
                 "script_dir": FLAGS.script_dir,
@@ -157,8 +163,8 @@ JOBS_GO_ON: list[bool] = []  # set once this process launches jobs or follows ru
 STOPPING: list[bool] = []  # set once --stop has begun stopping jobs
 
 # The flags that describe a grid's jobs (besides --envs, --preset and --grid).
-GRID_FLAGS = ("agent", "interventions", "utds", "seeds", "first_seed", "seeds_per_job", "extra",
-              *TRAIN_FLAGS)
+GRID_FLAGS = ("agent", "interventions", "utds", "clip_cs", "seeds", "first_seed",
+              "seeds_per_job", "extra", *TRAIN_FLAGS)
 
 
 def executor_options() -> ExecutorOptions:

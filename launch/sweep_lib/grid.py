@@ -1,8 +1,13 @@
-"""Sweep grids: agent x envs x interventions x UTDs x seed groups, expanded into jobs.
+"""Sweep grids: agent x envs x interventions x UTDs (x clip c values) x seed groups, expanded
+into jobs.
 
 One job is one (agent, env, intervention, UTD) with a group of consecutive seeds that the run
 script trains vmapped in one process. Its run directory is the one the run script writes,
-`<logdir>/<agent>/<env>/<intervention>-utd<utd>-seed<first seed>/`.
+`<logdir>/<agent>/<env>/<intervention>-utd<utd>-seed<first seed>/`. The agent "continual" runs
+launch/run_continual.py: its envs are benchmarks (continual/tasks.py), it has no UTD, and its
+run directories are `<logdir>/continual/<task>/<intervention>-seed<first seed>/`. Given clip
+c values, each job whose intervention includes clip is crossed with them (`-c<c>` in its run
+name, --clip_c on its command line).
 """
 
 import dataclasses
@@ -14,11 +19,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agents import AGENTS as _AGENTS
+from continual.tasks import BENCHMARKS
 from envs import check_env_name
 from interventions import registry
 from launch.config import AGENT_DEFAULTS, MAX_SEEDS
 
-AGENTS = tuple(_AGENTS)
+CONTINUAL = "continual"  # launch/run_continual.py: supervised benchmarks, no UTD
+AGENTS = (*_AGENTS, CONTINUAL)
+# Each run script's default intervention and UTD (a grid leaving them out gets these).
+RUN_DEFAULTS = {**{name: (d.intervention, d.utd) for name, d in AGENT_DEFAULTS.items()},
+                CONTINUAL: ("none", 1)}
+ALL = "all"  # --interventions=all: none and every registered method
 # Integer settings of the run scripts a sweep may set; unset ones keep the agent's defaults.
 TRAIN_FLAGS = ("max_steps", "start_steps", "eval_every", "eval_episodes", "batch_size",
                "checkpoint_every")
@@ -31,9 +42,13 @@ PRESETS = {
     "resets10": ("acrobot-swingup", "cheetah-run", "finger-turn_hard", "fish-swim", "hopper-hop",
                  "humanoid-run", "humanoid-stand", "quadruped-run", "swimmer-swimmer15",
                  "walker-run"),
+    # The continual benchmarks (--agent=continual): the digits versions, which need no data
+    # files, and the paper's MNIST and CIFAR ones.
+    "continual_digits": ("permuted_digits", "random_label_digits"),
+    "continual_paper": ("permuted_mnist", "random_label_mnist", "random_label_cifar"),
 }
-GRID_KEYS = ("agent", "envs", "preset", "interventions", "utds", "seeds", "first_seed",
-             "seeds_per_job", "extra", *TRAIN_FLAGS)
+GRID_KEYS = ("agent", "envs", "preset", "interventions", "utds", "clip_cs", "seeds",
+             "first_seed", "seeds_per_job", "extra", *TRAIN_FLAGS)
 DEFAULT_SCRIPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -59,6 +74,7 @@ class JobSpec:
     train_flags: tuple[tuple[str, int], ...] = ()
     extra: tuple[str, ...] = ()
     script_dir: str = DEFAULT_SCRIPT_DIR
+    clip_c: float | None = None  # --clip_c of this job (None: the run script's default)
 
     @property
     def script(self) -> str:
@@ -66,7 +82,9 @@ class JobSpec:
 
     @property
     def run_name(self) -> str:
-        return f"{self.intervention}-utd{self.utd}-seed{self.seed}"
+        c = "" if self.clip_c is None else f"-c{self.clip_c:g}"
+        utd = "" if self.agent == CONTINUAL else f"-utd{self.utd}"
+        return f"{self.intervention}{c}{utd}-seed{self.seed}"
 
     @property
     def key(self) -> str:
@@ -79,9 +97,12 @@ class JobSpec:
     def argv(self, logdir: str) -> list[str]:
         """The command line of this job: the run script with --resume=auto, then extra flags;
         with wandb among them, --wandb_group is the sweep's (its logdir's name) unless given."""
-        flags = {"env": self.env, "utd": self.utd, "intervention": self.intervention,
-                 "seed": self.seed, "num_seeds": self.num_seeds, **dict(self.train_flags),
-                 "logdir": logdir, "run_name": self.run_name, "resume": "auto"}
+        where = ({"task": self.env} if self.agent == CONTINUAL
+                 else {"env": self.env, "utd": self.utd})
+        c = {} if self.clip_c is None else {"clip_c": f"{self.clip_c:g}"}
+        flags = {**where, "intervention": self.intervention, **c, "seed": self.seed,
+                 "num_seeds": self.num_seeds, **dict(self.train_flags), "logdir": logdir,
+                 "run_name": self.run_name, "resume": "auto"}
         given = {name: value for name, value, _ in extra_settings(self.extra)}
         if "wandb" in _items(given.get("log_to")) and "wandb_group" not in given:
             flags["wandb_group"] = sweep_group(logdir)
@@ -111,6 +132,12 @@ class Grid:
     train_flags: tuple[tuple[str, int], ...] = ()
     extra: tuple[str, ...] = ()
     script_dir: str = DEFAULT_SCRIPT_DIR
+    clip_cs: tuple[float, ...] = ()
+
+    def _cs(self, intervention: str) -> tuple[float | None, ...]:
+        """The clip c values of an intervention's jobs: clip_cs where it includes clip."""
+        uses_clip = "clip" in registry.split(intervention)
+        return self.clip_cs if self.clip_cs and uses_clip else (None,)
 
     def _seed_starts(self) -> range:
         """The first seed of each job's group of seeds_per_job (all seeds when 0)."""
@@ -119,7 +146,8 @@ class Grid:
 
     def job_count(self) -> int:
         """len(self.jobs()), without expanding them."""
-        return len(self.envs) * len(self.interventions) * len(self.utds) * len(self._seed_starts())
+        methods = sum(len(self._cs(i)) for i in self.interventions)
+        return len(self.envs) * methods * len(self.utds) * len(self._seed_starts())
 
     def seed_run_count(self) -> int:
         """The seeds its jobs train together: one per seed of each (env, intervention, UTD)."""
@@ -128,9 +156,9 @@ class Grid:
     def jobs(self) -> list[JobSpec]:
         starts, end = self._seed_starts(), self.first_seed + self.seeds
         return [JobSpec(self.agent, env, intervention, utd, start, min(starts.step, end - start),
-                        self.train_flags, self.extra, self.script_dir)
+                        self.train_flags, self.extra, self.script_dir, c)
                 for env in self.envs for intervention in self.interventions
-                for utd in self.utds for start in starts]
+                for c in self._cs(intervention) for utd in self.utds for start in starts]
 
 
 def _items(value: str | Iterable[Any] | None) -> list[str]:
@@ -159,7 +187,7 @@ def _int(name: str, value: Any, minimum: int) -> int:
 
 
 # Run-script flags each job's command line sets from the grid (JobSpec.argv).
-SET_BY_SWEEP = ("env", "utd", "intervention", "seed", "num_seeds", "logdir", "run_name",
+SET_BY_SWEEP = ("env", "task", "utd", "intervention", "seed", "num_seeds", "logdir", "run_name",
                 "resume")
 
 
@@ -250,8 +278,9 @@ def _intervention(value: str) -> str:
 
 
 def resolve_envs(envs: str | Iterable[str] | None, presets: str | Iterable[str] | None = None,
-                 ) -> tuple[str, ...]:
-    """Preset task lists then explicit env names, validated, duplicates dropped."""
+                 agent: str = "sac") -> tuple[str, ...]:
+    """Preset task lists then explicit env names (benchmarks for the continual agent),
+    validated, duplicates dropped."""
     names: list[str] = []
     for preset in _items(presets):
         if preset not in PRESETS:
@@ -262,7 +291,11 @@ def resolve_envs(envs: str | Iterable[str] | None, presets: str | Iterable[str] 
         raise SweepError("no envs given; pass --envs=domain-task,... and/or --preset="
                          f"{'|'.join(PRESETS)}")
     for name in names:
-        check_env_name(name)
+        if agent != CONTINUAL:
+            check_env_name(name)
+        elif name not in BENCHMARKS:
+            raise SweepError(f"unknown continual benchmark {name!r}; accepted: "
+                             f"{', '.join(BENCHMARKS)}")
     return tuple(dict.fromkeys(names))
 
 
@@ -270,26 +303,37 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
               preset: str | Iterable[str] | None = None,
               interventions: str | Iterable[str] | None = None,
               utds: str | Iterable[Any] | None = None,
+              clip_cs: str | Iterable[Any] | None = None,
               seeds: int = 1, first_seed: int = 0, seeds_per_job: int = 0,
               extra: str | Iterable[str] = (), script_dir: str = DEFAULT_SCRIPT_DIR,
               **train_flags: int | None) -> Grid:
     """Validate the grid's settings (raising SweepError, one line) and build it.
 
     `interventions` and `utds` left None are the agent's run script defaults (SAC: none at UTD
-    1; BRO: its resets at UTD 10); `script_dir` holds run_<agent>.py (the repo's launch/ by
-    default).
+    1; BRO: its resets at UTD 10); "all" among the interventions is none and every registered
+    method; `clip_cs` are c values crossed with the interventions that include clip;
+    `script_dir` holds run_<agent>.py (the repo's launch/ by default).
     """
     unknown = sorted(set(train_flags) - set(TRAIN_FLAGS))
     if unknown:
         raise SweepError(f"unknown grid setting(s) {', '.join(unknown)}; accepted: "
                          f"{', '.join(GRID_KEYS)}")
     agent = _choices("agent", [str(agent)], AGENTS)[0]
-    defaults = AGENT_DEFAULTS[agent]
+    default_intervention, default_utd = RUN_DEFAULTS[agent]
     if interventions is None:
-        interventions = defaults.intervention
+        interventions = default_intervention
     if utds is None:
-        utds = str(defaults.utd)
-    chosen = tuple(dict.fromkeys(_intervention(value) for value in _items(interventions)))
+        utds = str(default_utd)
+    if agent == CONTINUAL:
+        if _items(utds) != ["1"]:
+            raise SweepError("the continual agent has no UTD; leave --utds out")
+        given = sorted(name for name, value in train_flags.items() if value is not None)
+        if given:
+            raise SweepError(f"{', '.join(given)} are not settings of run_continual.py; give "
+                             "its protocol flags (--num_tasks, --epochs, ...) after `--`")
+    values = [v for value in _items(interventions)
+              for v in (registry.names() if value == ALL else [value])]
+    chosen = tuple(dict.fromkeys(_intervention(value) for value in values))
     if not chosen:
         raise SweepError(f"no interventions given; accepted: {', '.join(registry.names())}, "
                          "or methods joined by '+' (nap+clip)")
@@ -310,10 +354,23 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
     script = os.path.join(os.path.abspath(script_dir), f"run_{agent}.py")
     if not os.path.isfile(script):
         raise SweepError(f"run script {script} not found; --script_dir must hold run_{agent}.py")
-    return Grid(agent=agent, envs=resolve_envs(envs, preset), interventions=chosen,
+    cs = []
+    for value in _items(clip_cs):
+        try:
+            c = float(value)
+        except ValueError:
+            raise SweepError(f"clip_cs must be numbers >= 1, got {value!r}") from None
+        if not 1 <= c < float("inf"):
+            raise SweepError(f"clip_cs must be numbers >= 1 (SingularClip's c), got {value!r}")
+        cs.append(c)
+    if cs and not any("clip" in registry.split(i) for i in chosen):
+        raise SweepError("clip_cs are crossed with the interventions that include clip; none "
+                         f"of {', '.join(chosen)} does")
+    return Grid(agent=agent, envs=resolve_envs(envs, preset, agent), interventions=chosen,
                 utds=utd_values, seeds=seeds, first_seed=_int("first_seed", first_seed, 0),
                 seeds_per_job=seeds_per_job, train_flags=flags,
-                extra=extra, script_dir=os.path.abspath(script_dir))
+                extra=extra, script_dir=os.path.abspath(script_dir),
+                clip_cs=tuple(dict.fromkeys(cs)))
 
 
 def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:
@@ -367,7 +424,8 @@ def check_seed_overlap(jobs: Iterable[JobSpec], where: str = "the grid") -> None
     different run directories (aggregation would count that seed twice)."""
     by_run: dict[tuple, list[JobSpec]] = {}
     for job in jobs:
-        by_run.setdefault((job.agent, job.env, job.intervention, job.utd), []).append(job)
+        by_run.setdefault((job.agent, job.env, job.intervention, job.utd, job.clip_c),
+                          []).append(job)
     for group in by_run.values():
         group.sort(key=lambda j: j.seed)
         for a, b in zip(group, group[1:], strict=False):

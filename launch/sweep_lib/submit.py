@@ -432,8 +432,10 @@ def run_dir_conflict(spec: JobSpec, status: Status, logdir: str, launching: bool
     # A setting added since, at the value it ran with; --diagnostics_batch_size=0 as the
     # --batch_size it stands for, there and in the job's flags (as the run script reads them).
     config = with_resolved_settings(with_added_settings(config))
-    wanted = {"env": spec.env, "utd": spec.utd, "intervention": spec.intervention,
-              "seed": spec.seed, "num_seeds": spec.num_seeds, **dict(spec.train_flags)}
+    wanted = {"env": spec.env, "task": spec.env, "utd": spec.utd,
+              "intervention": spec.intervention, "seed": spec.seed, "num_seeds": spec.num_seeds,
+              **({} if spec.clip_c is None else {"clip_c": spec.clip_c}),
+              **dict(spec.train_flags)}
     wanted.update(_extra_flags(spec.extra))
     if same_setting(0, wanted.get("diagnostics_batch_size", "")):
         wanted["diagnostics_batch_size"] = wanted.get("batch_size", config.get("batch_size"))
@@ -492,7 +494,8 @@ def check_flags(specs: Sequence[JobSpec], logdir: str, timeout_s: float = 300.0,
     The warnings a check prints are shown once each."""
     kinds: dict[tuple, JobSpec] = {}
     for spec in sorted(specs, key=lambda s: -(s.seed + s.num_seeds)):
-        kinds.setdefault((spec.script, spec.intervention, spec.train_flags, spec.extra), spec)
+        kinds.setdefault((spec.script, spec.intervention, spec.clip_c, spec.train_flags,
+                          spec.extra), spec)
     todo = list(kinds.values())
     emit(f"checking the flags of {len(todo)} kind(s) of job with the run scripts' --dry_run")
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}

@@ -1,0 +1,171 @@
+"""Benchmark the continual learner: the MNIST MLP's training step against the matmul peak, what
+interventions add to a run, and the time of the whole Random Label comparison.
+
+    python benchmarks/continual_speed.py                       # everything (tens of minutes)
+    python benchmarks/continual_speed.py --parts=step,events   # the ratios alone (a few minutes)
+    python benchmarks/continual_speed.py --parts=comparison --data=digits --tasks=100
+
+Inputs are MNIST-sized synthetic images (random uint8, 784 pixels, as many as MNIST's 60,000
+training images) under random_label_mnist's protocol (2,048 examples, 10 epochs, batch 512:
+40 steps per task), or scikit-learn's digits under random_label_digits' (--data=digits).
+
+(1) step: one gradient step of the 784-256-10 LayerNorm MLP at batch 512, 10 seeds vmapped,
+data on the device, in seed-steps/s and as a fraction of the float32 matmul peak timed just
+before it (FLOPs from XLA's cost analysis of the step); and one task's compiled call (40 steps
+gathering their minibatches, then the final accuracy), its training FLOPs over its time.
+(2) events (on each --data): per registered event, the time of one event at a task boundary
+(10 seeds) over the time of one task's call: what it adds to a run that intervenes at every
+boundary; per registered per-step method, its task call's time over that of no method.
+(3) comparison: whole runs, 100 tasks, 10 seeds, diagnostics at every task as a run writes
+them, for none and every registered method, each timed from its start (compilation included).
+"""
+
+import argparse
+import dataclasses
+import os
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as launch/run_continual.py sets it
+
+import jax  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
+from bench_utils import best_time, flops, matmul_peak, xla_flags
+
+from continual.config import CONTINUAL_DEFAULTS
+from continual.data import load_digits
+from continual.learner import Examples
+from continual.loop import ContinualRun
+from continual.tasks import BENCHMARKS, Source
+from interventions import registered
+
+MNIST_IMAGES, MNIST_PIXELS = 60_000, 784
+
+
+def mnist_sized(seed: int = 0) -> Source:
+    rng = np.random.default_rng(seed)
+    return Source(rng.integers(0, 256, (MNIST_IMAGES, MNIST_PIXELS), dtype=np.uint8),
+                  rng.integers(0, 10, MNIST_IMAGES).astype(np.int32), 10, 1 / 255)
+
+
+def source_of(data: str) -> tuple[str, Source]:
+    """(task, source) of --data."""
+    if data == "digits":
+        d = load_digits()
+        return "random_label_digits", Source(d.images, d.labels, d.num_classes, d.scale)
+    return "random_label_mnist", mnist_sized()
+
+
+def make_run(task: str, source: Source, intervention: str, seeds: int, tasks: int, logdir: str,
+             diagnostics: bool = True) -> ContinualRun:
+    b = BENCHMARKS[task]
+    cfg = dataclasses.replace(CONTINUAL_DEFAULTS, task=task, num_tasks=tasks,
+                              examples=b.examples, epochs=b.epochs, batch_size=b.batch_size,
+                              hidden_dim=b.hidden_dim, num_seeds=seeds, logdir=logdir,
+                              intervention=intervention, progress=False, diagnostics=diagnostics,
+                              run_name=intervention)
+    return ContinualRun(cfg, source=source)
+
+
+def task_call(run: ContinualRun):
+    """A function that runs task 0's compiled call from the same states, blocking."""
+    states = run.init_fn(run.init_keys)
+    task = run.task(0)
+    call = jax.jit(run.train_task.__wrapped__ if hasattr(run.train_task, "__wrapped__")
+                   else run.train_task)
+
+    def go():
+        return jax.block_until_ready(call(states, run.images, task.index, task.perm,
+                                          task.labels, task.order))
+
+    return go, states
+
+
+def step_part(seeds: int, rounds: int) -> None:
+    run = make_run("random_label_mnist", mnist_sized(), "none", seeds, 1, tempfile.mkdtemp())
+    rng = np.random.default_rng(0)
+    batch = Examples(jnp.asarray(rng.random((seeds, 512, MNIST_PIXELS)), jnp.float32),
+                     jnp.asarray(rng.integers(0, 10, (seeds, 512)), jnp.int32))
+    states = run.init_fn(run.init_keys)
+    update = jax.jit(jax.vmap(run.learner.update))
+    step_flops = flops(update.lower(states, batch).compile())
+    go, _ = task_call(run)
+    steps = run.protocol.steps
+    print(f"XLA_FLAGS: {xla_flags()}; {seeds} seeds, batch 512, 784-256-10 MLP with LayerNorm; "
+          f"{step_flops / 1e9:.2f} GFLOP per step (all seeds)")
+    for r in range(rounds):
+        peak, size = matmul_peak()
+        t_step = best_time(lambda: jax.block_until_ready(update(states, batch)))
+        t_task = best_time(go, repeats=3)
+        print(f"round {r}: peak {peak / 1e9:.0f} GFLOP/s ({size}^2); step {t_step * 1e3:.2f} ms, "
+              f"{seeds / t_step:.0f} seed-steps/s, {step_flops / t_step / peak:.1%} of the peak; "
+              f"task call ({steps} steps + final accuracy) {t_task * 1e3:.0f} ms, training "
+              f"FLOPs at {steps * step_flops / t_task / peak:.1%} of the peak")
+
+
+def events_part(data: str, seeds: int, rounds: int) -> None:
+    task, source = source_of(data)
+    print(f"{task}: what interventions add to a task")
+    base = make_run(task, source, "none", seeds, 2, tempfile.mkdtemp())
+    go_none, _ = task_call(base)
+    for name, method in registered().items():
+        run = make_run(task, source, name, seeds, 2, tempfile.mkdtemp())
+        go, states = task_call(run)
+        for r in range(rounds):
+            t_task = best_time(go, repeats=3)
+            if method.kind == "event":
+                t_event = best_time(lambda run=run, states=states: jax.block_until_ready(
+                    run.event(jax.tree.map(jnp.copy, states), 0)[0]), repeats=3)
+                copy = best_time(lambda states=states: jax.block_until_ready(
+                    jax.tree.map(jnp.copy, states)), repeats=3)
+                event = max(t_event - copy, 0.0)
+                print(f"{name} (event) round {r}: event {event * 1e3:.1f} ms (its report "
+                      f"included), task {t_task * 1e3:.0f} ms: +{event / t_task:.2%} per task")
+            else:
+                t_none = best_time(go_none, repeats=3)
+                print(f"{name} ({method.kind}) round {r}: task {t_task * 1e3:.0f} ms against "
+                      f"{t_none * 1e3:.0f} ms without: +{t_task / t_none - 1:.1%}")
+
+
+def comparison_part(data: str, seeds: int, tasks: int) -> None:
+    task, source = source_of(data)
+    total = 0.0
+    methods = ["none", *registered()]
+    print(f"{task} ({'scikit-learn digits' if data == 'digits' else 'MNIST-sized synthetic'}), "
+          f"{tasks} tasks, {seeds} seeds, methods {', '.join(methods)}")
+    for name in methods:
+        start = time.perf_counter()
+        run = make_run(task, source, name, seeds, tasks, tempfile.mkdtemp())
+        run.run({})
+        seconds = time.perf_counter() - start
+        total += seconds
+        print(f"  {name}: {seconds:.1f} s")
+    print(f"whole comparison: {total / 60:.1f} min for {len(methods)} methods (load average "
+          f"now {os.getloadavg()[0]:.1f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parts", default="step,events,comparison")
+    parser.add_argument("--data", default="digits,mnist", help="inputs of the events and "
+                        "comparison parts: digits, mnist (MNIST-sized synthetic)")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {os.cpu_count()} cores; "
+          f"load average at the start {os.getloadavg()[0]:.1f}")
+    if "step" in parts:
+        step_part(args.seeds, args.rounds)
+    if "events" in parts:
+        for data in args.data.split(","):
+            events_part(data, args.seeds, args.rounds)
+    if "comparison" in parts:
+        for data in args.data.split(","):
+            comparison_part(data, args.seeds, args.tasks)
+
+
+if __name__ == "__main__":
+    main()

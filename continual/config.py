@@ -1,0 +1,280 @@
+"""A continual run's settings: one frozen dataclass, its flags and their validation.
+
+Protocol numbers left at 0 on the command line take the benchmark's (continual/tasks.py);
+config.json records them as the run used them. The interventions' settings are fields too
+(`launch.config.with_method_settings`), at this script's defaults (`CONTINUAL_DEFAULTS`).
+"""
+
+import dataclasses
+import math
+import os
+
+from absl import flags
+
+from continual.learner import DEFAULT_LEARNING_RATE, OPTIMIZERS
+from continual.tasks import BENCHMARKS
+from interventions import registry
+from launch.config import (
+    RESUME_MODES,
+    ConfigError,
+    check_interventions,
+    check_read_when,
+    define_method_flags,
+    method_values,
+    with_method_settings,
+)
+from launch.run_files import versions
+
+# Method settings of continual runs where they differ from the registry's defaults, by method
+# and field; applied where the method is registered (tests/test_continual_learner.py checks
+# that each named field exists in a registered method).
+SUPERVISED_SETTINGS = {
+    "clip": {"c": 2.0},  # SPEC.md: c = 2 for continual supervised learning
+    # SPEC.md: supervised Shrink & Perturb, shrink 0.3 and Gaussian noise of sigma 0.01 (DASH's
+    # code, its S&P baseline: main.py sp_lambda)
+    "shrink_perturb": {"shrink": 0.3, "sigma": 0.01},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _ContinualConfig:
+    """Everything a continual run needs; 0 for a protocol number means the benchmark's."""
+
+    task: str = "random_label_digits"
+    data_dir: str = "data"
+    num_tasks: int = 0
+    examples: int = 0
+    epochs: int = 0
+    batch_size: int = 0
+    hidden_dim: int = 0
+    channels: tuple[int, ...] = ()  # conv blocks' widths; (): the benchmark's
+    layer_norm: bool = True
+    optimizer: str = "adam"
+    learning_rate: float = DEFAULT_LEARNING_RATE
+    seed: int = 0
+    num_seeds: int = 1
+    intervention: str = "none"
+    intervention_every: int = 1  # tasks between events (1: at every task boundary)
+    checkpoint_every: int = 10  # tasks
+    diagnostics: bool = True
+    diagnostics_every: int = 1  # tasks
+    diagnostics_batch_size: int = 0  # 0: batch_size
+    dormant_taus: tuple[float, ...] = (0.0, 0.025)
+    srank_threshold: float = 0.99
+    logdir: str = "runs"
+    run_name: str = ""
+    resume: str = "auto"
+    progress: bool = True
+
+    @property
+    def benchmark(self):
+        return BENCHMARKS[self.task]
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.num_seeds))
+
+    @property
+    def name(self) -> str:
+        return self.run_name or f"{self.intervention}-seed{self.seed}"
+
+    @property
+    def run_dir(self) -> str:
+        return os.path.join(self.logdir, "continual", self.task, self.name)
+
+    @property
+    def method_settings(self) -> dict:
+        return {flag: getattr(self, flag) for flag in registry.all_settings()}
+
+    @property
+    def event(self) -> "registry.Method | None":
+        return registry.event_of(self.intervention)
+
+
+ContinualConfig = with_method_settings(_ContinualConfig)
+
+
+def supervised_defaults() -> "ContinualConfig":
+    """ContinualConfig with SUPERVISED_SETTINGS for the registered methods."""
+    values = {}
+    for name, fields in SUPERVISED_SETTINGS.items():
+        method = registry.registered().get(name)
+        if method is not None:
+            values.update({method.flag(f): v for f, v in fields.items()
+                           if f in method.field_names})
+    return ContinualConfig(**values)
+
+
+CONTINUAL_DEFAULTS = supervised_defaults()
+MAX_CONV_BLOCKS = 5  # 32 x 32 images, halved by each block's max-pool
+ZERO_MEANS_DEFAULT = ("num_tasks", "examples", "epochs", "batch_size", "hidden_dim")
+
+
+def define_flags(d: ContinualConfig = CONTINUAL_DEFAULTS) -> None:
+    tasks = ", ".join(BENCHMARKS)
+    flags.DEFINE_string("task", d.task, f"Benchmark: {tasks}.")
+    flags.DEFINE_string("data_dir", d.data_dir, "Folder holding mnist/, cifar-10-batches-py/ or "
+                        "imagenet32/ (docs/continual.md); the digits tasks need none.")
+    flags.DEFINE_integer("num_tasks", d.num_tasks, "Tasks in the sequence (0: the benchmark's, "
+                         "100; continual_imagenet 500).")
+    flags.DEFINE_integer("examples", d.examples, "Examples per task (per class for "
+                         "continual_imagenet); 0: the benchmark's.")
+    flags.DEFINE_integer("epochs", d.epochs, "Passes over a task's examples; 0: the "
+                         "benchmark's (10; random_label_imagenet 20).")
+    flags.DEFINE_integer("batch_size", d.batch_size, "Minibatch size; 0: the benchmark's. Each "
+                         "epoch takes examples // batch_size minibatches of a new shuffle.")
+    flags.DEFINE_integer("hidden_dim", d.hidden_dim, "Width of the hidden Dense layer; 0: the "
+                         "benchmark's (256; ImageNet 512).")
+    flags.DEFINE_list("channels", [str(c) for c in d.channels], "Conv blocks' widths of the "
+                      "conv benchmarks (one block each); empty: the benchmark's (CIFAR 32,64; "
+                      "ImageNet 64,128,256).")
+    flags.DEFINE_boolean("layer_norm", d.layer_norm, "LayerNorm after the hidden Dense (the "
+                         "paper's LayerNorm baseline is --intervention=none).")
+    flags.DEFINE_enum("optimizer", d.optimizer, list(OPTIMIZERS), "adam, sgd, or optax's muon "
+                      "(Adam for parameters that are not matrices).")
+    flags.DEFINE_float("learning_rate", d.learning_rate, "Learning rate of the optimizer (1e-3: "
+                       "Adam's in these benchmarks, Dohare et al. 2024 and Kumar et al. 2023).")
+    flags.DEFINE_integer("seed", d.seed, "First seed; seeds seed..seed+num_seeds-1 are trained.")
+    flags.DEFINE_integer("num_seeds", d.num_seeds, "Independent seeds trained in one process "
+                         "(vmapped), each with its own task sequence.")
+    flags.DEFINE_string("intervention", d.intervention, "none, one method, or several joined "
+                        "by ',' or '+' (at most one event): " + ", ".join(registry.names())
+                        + ". Events act at task boundaries, per-step methods every step.")
+    flags.DEFINE_integer("intervention_every", d.intervention_every, "Tasks between events (1: "
+                         "at every task boundary).")
+    define_method_flags(d)
+    flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Checkpoint every N tasks "
+                         "(and after the last).")
+    flags.DEFINE_boolean("diagnostics", d.diagnostics, "Write spectral and feature diagnostics "
+                         "at task ends.")
+    flags.DEFINE_integer("diagnostics_every", d.diagnostics_every, "Diagnostics every N tasks "
+                         "(and after the last).")
+    flags.DEFINE_integer("diagnostics_batch_size", d.diagnostics_batch_size, "Examples of the "
+                         "task the feature diagnostics use (0: --batch_size).")
+    flags.DEFINE_list("dormant_taus", [f"{t:g}" for t in d.dormant_taus], "Dormant-unit "
+                      "thresholds the diagnostics report.")
+    flags.DEFINE_float("srank_threshold", d.srank_threshold, "srank threshold of the feature "
+                       "diagnostics.")
+    flags.DEFINE_string("logdir", d.logdir, "Root of the results tree: "
+                        "<logdir>/continual/<task>/<run_name>/.")
+    flags.DEFINE_string("run_name", d.run_name, "Run directory name; default "
+                        "<intervention>-seed<seed>.")
+    flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
+                      "the run directory; never: refuse to touch one; must: fail if none.")
+    flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
+    flags.DEFINE_boolean("dry_run", False, "Check the settings and the data files and exit (0 "
+                         "when the run would train); leaves nothing behind.")
+
+
+def _floats(name: str, values) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in values)
+    except ValueError:
+        raise ConfigError(f"--{name} must be a comma-separated list of numbers, got "
+                          f"{','.join(values)!r}") from None
+
+
+def config_from_flags() -> ContinualConfig:
+    """The flags as a ContinualConfig, protocol zeros resolved and everything validated."""
+    f = flags.FLAGS
+    names = [field.name for field in dataclasses.fields(ContinualConfig)]
+    values = {name: f[name].value for name in names}
+    values["dormant_taus"] = _floats("dormant_taus", values["dormant_taus"])
+    try:
+        values["channels"] = tuple(int(c) for c in values["channels"])
+    except ValueError:
+        raise ConfigError(f"--channels must be a comma-separated list of integers, got "
+                          f"{','.join(values['channels'])!r}") from None
+    values.update(method_values(values))
+    if values["task"] not in BENCHMARKS:
+        raise ConfigError(f"--task={values['task']!r} is not a benchmark; accepted: "
+                          f"{', '.join(BENCHMARKS)}")
+    try:
+        values["intervention"] = registry.canonical(values["intervention"])
+    except ValueError as e:
+        raise ConfigError(f"--intervention={values['intervention']}: {e}") from None
+    benchmark = BENCHMARKS[values["task"]]
+    for name in ZERO_MEANS_DEFAULT:
+        if values[name] == 0:
+            values[name] = getattr(benchmark, name)
+    if not values["channels"] and benchmark.network == "conv":
+        values["channels"] = benchmark.channels
+    cfg = ContinualConfig(**values)
+    validate(cfg)
+    check_read_when(cfg, {name for name in names if f[name].present})
+    return cfg
+
+
+def validate(cfg: ContinualConfig) -> None:
+    """ConfigError (one line, naming the flag) for the first setting that cannot work."""
+    if cfg.task not in BENCHMARKS:
+        raise ConfigError(f"--task={cfg.task!r} is not a benchmark; accepted: "
+                          f"{', '.join(BENCHMARKS)}")
+    for name in ("num_tasks", "examples", "epochs", "batch_size", "hidden_dim", "num_seeds",
+                 "intervention_every", "checkpoint_every", "diagnostics_every"):
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or value <= 0 or value > 2**31 - 1:
+            raise ConfigError(f"--{name} must be a positive integer, got {value}")
+    if cfg.channels and cfg.benchmark.network != "conv":
+        raise ConfigError(f"--channels sets the conv blocks of random_label_cifar, "
+                          f"random_label_imagenet and continual_imagenet; {cfg.task} has none")
+    if any(c <= 0 for c in cfg.channels) or len(cfg.channels) > MAX_CONV_BLOCKS:
+        raise ConfigError(f"--channels must be 1 to {MAX_CONV_BLOCKS} positive widths (each "
+                          f"block halves the 32 x 32 images), got {list(cfg.channels)}")
+    if cfg.seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {cfg.seed}")
+    if not (cfg.learning_rate > 0 and math.isfinite(cfg.learning_rate)):
+        raise ConfigError(f"--learning_rate must be a finite number > 0, got {cfg.learning_rate}")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"--optimizer={cfg.optimizer!r} is not accepted; use one of: "
+                          f"{', '.join(OPTIMIZERS)}")
+    task_examples = cfg.examples * (2 if cfg.benchmark.kind == "class_pairs" else 1)
+    if cfg.batch_size > task_examples:
+        raise ConfigError(f"--batch_size={cfg.batch_size} is larger than a task's "
+                          f"{task_examples} examples (--examples={cfg.examples}); a task's "
+                          "minibatches are drawn from its examples")
+    if cfg.diagnostics_batch_size < 0:
+        raise ConfigError(f"--diagnostics_batch_size must be >= 0 (0: --batch_size), got "
+                          f"{cfg.diagnostics_batch_size}")
+    if not all(0 <= tau < math.inf for tau in cfg.dormant_taus):
+        raise ConfigError(f"--dormant_taus must be finite thresholds >= 0, got "
+                          f"{list(cfg.dormant_taus)}")
+    if not 0 < cfg.srank_threshold <= 1:
+        raise ConfigError(f"--srank_threshold must be in (0, 1], got {cfg.srank_threshold}")
+    if cfg.resume not in RESUME_MODES:
+        raise ConfigError(f"--resume={cfg.resume!r} is not accepted; use one of: "
+                          f"{', '.join(RESUME_MODES)}")
+    if not cfg.logdir.strip():
+        raise ConfigError("--logdir is empty; give the directory the results tree goes under")
+    if "/" in cfg.run_name or cfg.run_name in (".", ".."):
+        raise ConfigError(f"--run_name must be one directory name (no '/', not '.' or '..'), "
+                          f"got {cfg.run_name!r}")
+    chosen = check_interventions(cfg)
+    for method in registry.registered().values():
+        parts = getattr(cfg, method.flag("parts"))
+        if parts and method not in chosen:
+            raise ConfigError(f"--{method.flag('parts')}={','.join(parts)} contradicts "
+                              f"--intervention={cfg.intervention}; it names what {method.name} "
+                              f"acts on (--intervention={method.name})")
+
+
+def unused_flags_warning(cfg: ContinualConfig, given) -> str | None:
+    """A line naming given method flags of methods this run does not use, or None."""
+    chosen = {m.name for m in registry.parse(cfg.intervention)}
+    unused = [flag for flag, (method, _, _) in registry.all_settings().items()
+              if flag in given and method.name not in chosen]
+    if cfg.event is None and "intervention_every" in given:
+        unused.append("intervention_every")
+    if not unused:
+        return None
+    return (f"{', '.join('--' + n for n in unused)} not read with --intervention="
+            f"{cfg.intervention}; config.json records them all the same")
+
+
+def record(cfg: ContinualConfig, learner_config) -> dict:
+    """config.json's record: every setting, the learner's config and the library versions."""
+    out = dataclasses.asdict(cfg)
+    out["run_name"] = cfg.name
+    out["learner_config"] = dataclasses.asdict(learner_config)
+    out["versions"] = versions()
+    return out

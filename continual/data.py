@@ -1,0 +1,183 @@
+"""Loaders for the image sets the continual benchmarks draw their tasks from, in the formats users
+keep on disk, and scikit-learn's bundled 8x8 digits, which need no download.
+
+Each loader returns a `Dataset`: uint8 images (n, *shape) (MNIST and digits flattened to
+(n, 784) and (n, 64); CIFAR-10 and downsampled ImageNet as (n, 32, 32, 3)), int32 labels from
+0, and the factor that maps pixels to [0, 1]. A missing or malformed file is a `DataError`
+whose message is one line: which file, where it was looked for, where to get it.
+"""
+
+import gzip
+import os
+import pickle
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+
+class DataError(ValueError):
+    """A data file that is missing or cannot be read; the message is one line for the user."""
+
+
+class Dataset(NamedTuple):
+    images: np.ndarray  # uint8 (n, *shape)
+    labels: np.ndarray  # int32 (n,), 0 .. num_classes - 1
+    scale: float  # images * scale lie in [0, 1]
+    num_classes: int
+
+
+MNIST_URL = "https://ossci-datasets.s3.amazonaws.com/mnist/ (or Keras' mnist.npz)"
+CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (unpacked)"
+IMAGENET_URL = ("https://image-net.org/download-images.php (Downsampled ImageNet 32x32, "
+                "Imagenet32_train_npz, Chrabaszcz et al. 2017)")
+MNIST_IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
+IDX_MAGIC = {"images": 2051, "labels": 2049}  # IDX: 0x0803 (3-D uint8), 0x0801 (1-D uint8)
+CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+IMAGENET_BATCHES = tuple(f"train_data_batch_{i}.npz" for i in range(1, 11))
+
+
+def _missing(what: str, name: str, where: str, url: str) -> DataError:
+    return DataError(f"{what}: {name} not found in {os.path.abspath(where)} (set --data_dir); "
+                     f"get it from {url}")
+
+
+def _bad(what: str, path: str, why: str, url: str) -> DataError:
+    return DataError(f"{what}: {os.path.abspath(path)} cannot be read ({why}); get a good copy "
+                     f"from {url}")
+
+
+def _read_idx(path: str, kind: str) -> np.ndarray:
+    """An IDX file (gzipped or not) of uint8 images (n, rows, cols) or labels (n,)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:
+        raise _bad("MNIST", path, f"{type(e).__name__}: {e}", MNIST_URL) from None
+    dims = 3 if kind == "images" else 1
+    header = 4 * (1 + dims)
+    if len(data) < header:
+        raise _bad("MNIST", path, f"{len(data)} bytes, shorter than an IDX header", MNIST_URL)
+    magic, *shape = struct.unpack(f">{1 + dims}I", data[:header])
+    if magic != IDX_MAGIC[kind]:
+        raise _bad("MNIST", path, f"IDX magic number {magic}, not {IDX_MAGIC[kind]} of "
+                   f"{kind}", MNIST_URL)
+    size = int(np.prod(shape))
+    if len(data) - header != size:
+        raise _bad("MNIST", path, f"{len(data) - header} bytes of data where its header "
+                   f"promises {size}", MNIST_URL)
+    return np.frombuffer(data, np.uint8, offset=header).reshape(shape)
+
+
+def _find(folder: str, name: str) -> str | None:
+    for candidate in (name, name + ".gz"):
+        path = os.path.join(folder, candidate)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def load_mnist(data_dir: str) -> Dataset:
+    """MNIST's 60,000 training images from `<data_dir>/mnist/`: the IDX files
+    train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz], or Keras' mnist.npz."""
+    folder = os.path.join(data_dir, "mnist")
+    npz = os.path.join(folder, "mnist.npz")
+    images_path, labels_path = (_find(folder, name) for name in MNIST_IDX)
+    if images_path is None and labels_path is None and os.path.exists(npz):
+        try:
+            with np.load(npz, allow_pickle=False) as f:
+                images, labels = f["x_train"], f["y_train"]
+        except (OSError, ValueError, KeyError) as e:
+            raise _bad("MNIST", npz, f"{type(e).__name__}: {e}; it must hold x_train and "
+                       "y_train", MNIST_URL) from None
+    else:
+        if images_path is None or labels_path is None:
+            name = MNIST_IDX[0] if images_path is None else MNIST_IDX[1]
+            raise _missing("MNIST", f"{name}[.gz] (or mnist.npz)", folder, MNIST_URL)
+        images, labels = _read_idx(images_path, "images"), _read_idx(labels_path, "labels")
+        npz = images_path
+    if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != (28, 28) \
+            or labels.shape != images.shape[:1]:
+        raise _bad("MNIST", npz, f"images {images.dtype} {images.shape} and labels "
+                   f"{labels.shape}; expected uint8 (n, 28, 28) and (n,)", MNIST_URL)
+    return _dataset("MNIST", npz, images.reshape(len(images), -1), labels, 1 / 255, 10,
+                    MNIST_URL)
+
+
+def _dataset(what, path, images, labels, scale, num_classes, url) -> Dataset:
+    labels = np.asarray(labels).astype(np.int64)
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise _bad(what, path, f"labels from {labels.min()} to {labels.max()}, outside 0 .. "
+                   f"{num_classes - 1}", url)
+    return Dataset(np.ascontiguousarray(images), labels.astype(np.int32), scale, num_classes)
+
+
+def load_cifar10(data_dir: str) -> Dataset:
+    """CIFAR-10's 50,000 training images from `<data_dir>/cifar-10-batches-py/data_batch_1..5`
+    (the python version's pickled batches: data (n, 3072) channel-major, labels)."""
+    folder = os.path.join(data_dir, "cifar-10-batches-py")
+    images, labels = [], []
+    for name in CIFAR_BATCHES:
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            raise _missing("CIFAR-10", name, folder, CIFAR_URL)
+        try:
+            with open(path, "rb") as f:
+                batch = pickle.load(f, encoding="bytes")
+            data = np.asarray(batch[b"data"], np.uint8)
+            batch_labels = np.asarray(batch[b"labels"])
+        except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError,
+                AttributeError) as e:
+            raise _bad("CIFAR-10", path, f"{type(e).__name__}: {e}; a batch is a pickled dict "
+                       "with data and labels", CIFAR_URL) from None
+        if data.ndim != 2 or data.shape[1] != 3072 or batch_labels.shape != data.shape[:1]:
+            raise _bad("CIFAR-10", path, f"data {data.shape} and labels {batch_labels.shape}; "
+                       "expected (n, 3072) and (n,)", CIFAR_URL)
+        images.append(data)
+        labels.append(batch_labels)
+    data = np.concatenate(images).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return _dataset("CIFAR-10", folder, data, np.concatenate(labels), 1 / 255, 10, CIFAR_URL)
+
+
+def load_imagenet32(data_dir: str, batches: int = len(IMAGENET_BATCHES)) -> Dataset:
+    """Downsampled ImageNet 32x32 (Chrabaszcz et al. 2017) from `<data_dir>/imagenet32/`: the
+    first `batches` of train_data_batch_1..10.npz (data (n, 3072) channel-major, labels 1 ..
+    1000)."""
+    folder = os.path.join(data_dir, "imagenet32")
+    images, labels = [], []
+    for name in IMAGENET_BATCHES[:batches]:
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            raise _missing("ImageNet 32x32", name, folder, IMAGENET_URL)
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                data, batch_labels = np.asarray(f["data"]), np.asarray(f["labels"])
+        except (OSError, ValueError, KeyError, EOFError) as e:
+            raise _bad("ImageNet 32x32", path, f"{type(e).__name__}: {e}; it must hold data and "
+                       "labels", IMAGENET_URL) from None
+        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 \
+                or batch_labels.shape != data.shape[:1]:
+            raise _bad("ImageNet 32x32", path, f"data {data.dtype} {data.shape} and labels "
+                       f"{batch_labels.shape}; expected uint8 (n, 3072) and (n,)", IMAGENET_URL)
+        images.append(data)
+        labels.append(batch_labels.astype(np.int64) - 1)  # the files count classes from 1
+    data = np.concatenate(images).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return _dataset("ImageNet 32x32", folder, data, np.concatenate(labels), 1 / 255, 1000,
+                    IMAGENET_URL)
+
+
+def load_digits(data_dir: str = "") -> Dataset:
+    """scikit-learn's bundled 8x8 digits: 1,797 images (n, 64) with pixels 0 .. 16."""
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    digits = sklearn_digits()
+    return Dataset(digits.data.astype(np.uint8), digits.target.astype(np.int32), 1 / 16, 10)
+
+
+LOADERS = {
+    "digits": load_digits,
+    "mnist": load_mnist,
+    "cifar10": load_cifar10,
+    "imagenet32": load_imagenet32,
+}

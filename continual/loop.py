@@ -1,0 +1,340 @@
+"""The continual training loop: a sequence of tasks, each one compiled call for every seed.
+
+Per task, the host draws the task (continual/tasks.py) and one jitted call trains every seed on
+it (`jax.vmap` over seeds of a `lax.scan` over the task's minibatches, gathered on the device
+from the data set, which is sent there once) and measures its online accuracy (each minibatch's
+accuracy before the step that trains on it, averaged over the task), its mean loss, and its
+final accuracy (on all the task's examples after training). At a task boundary come the
+diagnostics, the scheduled event of the run's interventions (its per-step methods act inside the
+update) and the checkpoints, from which a run resumes exactly.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm import tqdm
+
+from continual.config import ContinualConfig
+from continual.data import LOADERS, DataError
+from continual.learner import Examples, Learner, LearnerConfig, make_learner
+from continual.tasks import (
+    DIAGNOSTICS,
+    EVENT_DATA,
+    Protocol,
+    Source,
+    Task,
+    class_pair_source,
+    draw_task,
+    output_classes,
+    sample_positions,
+    task_images,
+)
+from interventions import Plan, check_parts, make_plan
+from launch import diagnose as diag
+from launch.checkpoint import Checkpointer
+from launch.config import ConfigError
+from launch.events import event_apply
+from launch.run_files import (
+    RunFiles,
+    added_settings,
+    flat_settings,
+    read_config,
+)
+from launch.train import checkpoint_dirs
+
+HEADERS = {
+    "tasks.csv": ("task", "seed", "online_accuracy", "final_accuracy", "loss"),
+    "diagnostics.csv": ("task", "seed", "network", "layer", "metric", "value"),
+    "interventions.csv": ("task", "seed", "kind", "network", "layer", "metric", "value"),
+}
+IMAGENET_BATCHES_RANDOM_LABEL = 1  # train_data_batch_1.npz alone holds 128,116 images
+
+
+class Diverged(RuntimeError):
+    """A NaN or inf loss of `seed` in task `task`."""
+
+    def __init__(self, task: int, seed: int):
+        super().__init__(f"the loss is not finite in task {task} for seed {seed}")
+        self.task, self.seed = task, seed
+
+
+class Stopped(RuntimeError):
+    """Stopped as asked (SIGTERM) at a task boundary, after a checkpoint there."""
+
+    def __init__(self, tasks_done: int):
+        super().__init__(f"stopped after task {tasks_done - 1}, after a checkpoint there")
+        self.tasks_done = tasks_done
+
+
+def protocol_of(cfg: ContinualConfig) -> Protocol:
+    return Protocol(cfg.benchmark, cfg.examples, cfg.epochs, cfg.batch_size)
+
+
+def load_source(cfg: ContinualConfig) -> Source:
+    """The data set the run's tasks come from; DataError for missing files, ConfigError when it
+    is too small for the protocol."""
+    b = cfg.benchmark
+    if b.dataset == "imagenet32" and b.kind == "random_label":
+        data = LOADERS[b.dataset](cfg.data_dir, IMAGENET_BATCHES_RANDOM_LABEL)
+    else:
+        data = LOADERS[b.dataset](cfg.data_dir)
+    images, labels = data.images, data.labels
+    if b.kind == "class_pairs":
+        if 2 * cfg.num_tasks > data.num_classes:
+            raise ConfigError(f"--num_tasks={cfg.num_tasks} class pairs need "
+                              f"{2 * cfg.num_tasks} classes; the data set has "
+                              f"{data.num_classes}: at most {data.num_classes // 2} tasks")
+        try:
+            images, labels = class_pair_source(images, labels, data.num_classes, cfg.examples)
+        except ValueError as e:
+            raise ConfigError(f"--examples={cfg.examples}: {e}") from None
+    elif cfg.examples > len(labels):
+        raise ConfigError(f"--examples={cfg.examples} is more than the {len(labels):,} images "
+                          f"{b.dataset} holds here")
+    return Source(images, labels, data.num_classes, data.scale)
+
+
+def learner_config(cfg: ContinualConfig, source: Source) -> LearnerConfig:
+    b = cfg.benchmark
+    return LearnerConfig(network=b.network, input_shape=tuple(source.images.shape[1:]),
+                         num_classes=output_classes(b, source.num_classes),
+                         hidden_dims=(cfg.hidden_dim,), channels=cfg.channels or b.channels,
+                         layer_norm=cfg.layer_norm, optimizer=cfg.optimizer,
+                         learning_rate=cfg.learning_rate)
+
+
+def continual_plan(learner: Learner, cfg: ContinualConfig) -> Plan:
+    """The run's interventions against the learner, their parts checked on its abstract state;
+    ConfigError naming the flag of a setting that cannot work."""
+    try:
+        plan = make_plan(cfg.intervention, cfg.method_settings, learner)
+        state = jax.eval_shape(learner.init, jax.random.key(0))
+        for bound in plan.bound:
+            check_parts(state, bound)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return plan
+
+
+def make_train_task(learner: Learner, protocol: Protocol, scale: float):
+    """`(states, images, index, perm, labels, order) -> (states, per-seed metrics)`, jitted:
+    every seed's task (leaves (seeds, ...), images shared) as one scan over its minibatches,
+    then its final accuracy on all the task's examples in evaluation mode."""
+    permuted = protocol.benchmark.kind == "permuted"
+    n, chunk = protocol.task_examples, protocol.batch_size
+    chunks = math.ceil(n / chunk)
+
+    def inputs(images, index, perm, positions):
+        x = images[index[positions]]
+        if permuted:
+            x = x.reshape(*positions.shape, -1)[..., perm].reshape(x.shape)
+        return x.astype(jnp.float32) * scale
+
+    def one(state, images, index, perm, labels, order):
+        def step(state, positions):
+            batch = Examples(inputs(images, index, perm, positions), labels[positions])
+            return learner.update(state, batch)
+
+        state, metrics = jax.lax.scan(step, state, order)
+
+        def correct(positions):
+            valid = positions < n
+            positions = jnp.where(valid, positions, 0)
+            logits = learner.predict(state, inputs(images, index, perm, positions))
+            return jnp.sum((jnp.argmax(logits, -1) == labels[positions]) & valid)
+
+        hits = jax.lax.map(correct, jnp.arange(chunks * chunk).reshape(chunks, chunk))
+        out = {"online_accuracy": metrics["accuracy"].mean(), "loss": metrics["loss"].mean(),
+               "final_accuracy": hits.sum() / n}
+        return state, out
+
+    return jax.jit(jax.vmap(one, in_axes=(0, None, 0, 0, 0, 0)), donate_argnums=0)
+
+
+@dataclasses.dataclass
+class Progress:
+    """What changes between tasks (what a checkpoint holds)."""
+
+    tasks_done: int
+    states: Any  # the learner state, leading seed axis
+    wall_time: float
+
+
+class ContinualRun:
+    """One run of a ContinualConfig: `run()` trains to the last task."""
+
+    def __init__(self, cfg: ContinualConfig, source: Source | None = None):
+        self.cfg = cfg
+        self.protocol = protocol_of(cfg)
+        self.source = source if source is not None else load_source(cfg)
+        self.learner_config = learner_config(cfg, self.source)
+        self.plan = continual_plan(make_learner(self.learner_config), cfg)
+        self.learner = make_learner(self.learner_config, self.plan.hooks)
+        self.init_keys = jnp.stack([jax.random.key(s) for s in cfg.seeds])
+        self.init_fn = jax.jit(jax.vmap(self.learner.init))
+        self.images = jnp.asarray(self.source.images)
+        self.train_task = make_train_task(self.learner, self.protocol, self.source.scale)
+        self.event = (None if self.plan.event is None else
+                      event_apply(self.learner, self.plan, cfg.seeds, self.init_fn,
+                                  self.init_keys, self.event_data))
+        self.diagnose = (jax.jit(diag.make_diagnostics(self.learner, cfg.dormant_taus,
+                                                       cfg.srank_threshold))
+                         if cfg.diagnostics else None)
+        self.tasks: dict[int, Task] = {}
+        self.stop_requested = False
+        self.files: RunFiles | None = None
+        self.checkpointer: Checkpointer | None = None
+
+    def task(self, number: int) -> Task:
+        """Task `number` of every seed, drawn once (the event's data come from the next task)."""
+        if number not in self.tasks:
+            self.tasks = {k: v for k, v in self.tasks.items() if k >= number - 1}
+            self.tasks[number] = draw_task(self.protocol, self.source, self.cfg.seeds, number)
+        return self.tasks[number]
+
+    def examples(self, number: int, stream: int, count: int) -> Examples:
+        """`count` examples of task `number` per seed: leaves (seeds, count, ...)."""
+        task = self.task(number)
+        xs, ys = [], []
+        for i, seed in enumerate(self.cfg.seeds):
+            positions = sample_positions(seed, number, stream, count, self.protocol.task_examples)
+            xs.append(task_images(self.source, task, i, positions))
+            ys.append(task.labels[i][positions])
+        return Examples(jnp.asarray(np.stack(xs)), jnp.asarray(np.stack(ys)))
+
+    def event_data(self, boundary: int, batches: int, batch_size: int) -> Examples:
+        """What an event that needs data reads at the boundary after task `boundary`: minibatches
+        (seeds, batches, batch_size, ...) of the next task's examples, the data it will learn."""
+        data = self.examples(boundary + 1, EVENT_DATA, batches * batch_size)
+        return jax.tree.map(lambda a: a.reshape(a.shape[0], batches, batch_size, *a.shape[2:]),
+                            data)
+
+    def start(self) -> Progress:
+        cfg = self.cfg
+        self.checkpointer = Checkpointer(f"{cfg.run_dir}/checkpoints")
+        resume = bool(self.checkpointer.steps())
+        self.files = RunFiles(cfg.run_dir, cfg.seeds, fresh=not resume, headers=HEADERS,
+                              seed_files=False)
+        progress = Progress(0, self.init_fn(self.init_keys), 0.0)
+        if resume:
+            restored = self.checkpointer.restore_latest({"states": progress.states})
+            if restored is not None:
+                device, _, meta = restored
+                self.files.truncate_to(meta["offsets"])
+                progress = Progress(meta["tasks_done"], device["states"], meta["wall_time"])
+                print(f"resumed after task {progress.tasks_done - 1} from its checkpoint",
+                      file=sys.stderr)
+        self.files.forget_end()
+        return progress
+
+    def save(self, progress: Progress) -> None:
+        meta = {"tasks_done": progress.tasks_done, "wall_time": progress.wall_time,
+                "offsets": self.files.offsets()}
+        self.checkpointer.save(progress.tasks_done, {"states": progress.states}, {}, meta)
+
+    def train_one(self, progress: Progress, number: int) -> dict[str, np.ndarray]:
+        """Task `number` on every seed; its tasks.csv rows; Diverged on a NaN or inf loss."""
+        task = self.task(number)
+        progress.states, metrics = self.train_task(progress.states, self.images, task.index,
+                                                   task.perm, task.labels, task.order)
+        metrics = jax.device_get(metrics)
+        bad = np.flatnonzero(~np.isfinite(metrics["loss"]))
+        if bad.size:
+            raise Diverged(number, self.cfg.seeds[bad[0]])
+        self.files.write_rows("tasks.csv", [
+            (number, seed, f"{metrics['online_accuracy'][i]:.6g}",
+             f"{metrics['final_accuracy'][i]:.6g}", f"{metrics['loss'][i]:.6g}")
+            for i, seed in enumerate(self.cfg.seeds)])
+        return metrics
+
+    def log_diagnostics(self, progress: Progress, number: int) -> None:
+        size = self.cfg.diagnostics_batch_size or self.cfg.batch_size
+        batch = self.examples(number, DIAGNOSTICS, size)
+        values = jax.device_get(self.diagnose(progress.states, batch))
+        self.files.write_rows("diagnostics.csv", diag.rows(number, self.cfg.seeds, values))
+
+    def boundary(self, progress: Progress, number: int) -> None:
+        """What comes after task `number`: diagnostics, the event, a checkpoint, as due."""
+        cfg = self.cfg
+        last = number == cfg.num_tasks - 1
+        done = number + 1
+        if self.diagnose is not None and (done % cfg.diagnostics_every == 0 or last):
+            self.log_diagnostics(progress, number)
+        if self.event is not None and not last and done % cfg.intervention_every == 0:
+            progress.states, rows = self.event(progress.states, number)
+            self.files.write_rows("interventions.csv", rows)
+        progress.tasks_done = done
+        if done % cfg.checkpoint_every == 0 or last or self.stop_requested:
+            self.save(progress)
+            if self.stop_requested and not last:
+                raise Stopped(done)
+
+    def run(self, record: dict) -> Progress:
+        """Train from a fresh start or the newest checkpoint to the last task; `record` is
+        config.json's."""
+        cfg = self.cfg
+        progress = self.start()
+        self.files.write_config(record)
+        started = time.time() - progress.wall_time
+        bar = tqdm(total=cfg.num_tasks, initial=progress.tasks_done, unit="task",
+                   disable=not cfg.progress, desc=f"{cfg.task} {cfg.intervention}",
+                   dynamic_ncols=True)
+        try:
+            for number in range(progress.tasks_done, cfg.num_tasks):
+                metrics = self.train_one(progress, number)
+                progress.wall_time = time.time() - started
+                self.boundary(progress, number)
+                bar.update(1)
+                bar.set_postfix(online=f"{np.mean(metrics['online_accuracy']):.3f}",
+                                refresh=False)
+        except Diverged as e:
+            self.files.write_diverged({"task": e.task, "seed": e.seed, "what": str(e),
+                                       "seeds_stopped": cfg.seeds})
+            raise
+        finally:
+            bar.close()
+        self.checkpointer.keep_latest_only()
+        self.files.write_done({"tasks": cfg.num_tasks, "wall_time": progress.wall_time})
+        self.files.close()
+        self.checkpointer.close()
+        return progress
+
+
+IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir")
+
+
+def resume_state(cfg: ContinualConfig, record: dict) -> str:
+    """"fresh", "resume" or "done" for the run directory, as --resume asks; ConfigError when it
+    holds a run with other settings, or when the mode forbids what is there."""
+    existing = read_config(cfg.run_dir)
+    steps = checkpoint_dirs(cfg.run_dir)[0]
+    if existing is not None:
+        method_defaults = {k: v for k, v in added_settings().items() if k in cfg.method_settings}
+        there = flat_settings({**method_defaults, **existing})
+        now = flat_settings(json.loads(json.dumps(record)))
+        differ = sorted(k for k in set(there) | set(now)
+                        if k.split(".")[0] not in IGNORED_ON_RESUME and there.get(k) != now.get(k))
+        if differ:
+            shown = ", ".join(f"{k}: {there.get(k)!r} there, {now.get(k)!r} now"
+                              for k in differ[:3])
+            raise ConfigError(f"{cfg.run_dir} holds a run with different settings ({shown}); "
+                              "use another --run_name or --logdir")
+        if cfg.resume == "never":
+            raise ConfigError(f"--resume=never but {cfg.run_dir} already holds a run; use "
+                              "another --run_name or --logdir")
+    if cfg.resume == "must" and not steps:
+        raise ConfigError(f"--resume=must but there is no checkpoint in {cfg.run_dir}/checkpoints")
+    if existing is not None and os.path.exists(os.path.join(cfg.run_dir, "done.json")):
+        return "done"
+    return "resume" if steps else "fresh"
+
+
+__all__ = ["ContinualRun", "DataError", "Diverged", "Stopped", "load_source", "resume_state"]

@@ -1,0 +1,144 @@
+"""Aggregation of continual runs against independent computations, the aggregation and analysis
+commands as a user runs them, and the sweep's continual grid."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from analysis.continual import load_methods, summarize
+from launch.anisotropic_init import anisotropic
+from launch.sweep_lib.grid import SweepError, make_grid
+from tests.runs import read_csv, run
+
+
+def fake_run(root, task, intervention, seeds, scores, layer_norm=True, cond=None):
+    """A run directory with config.json, tasks.csv (online accuracy = scores (seeds, tasks)),
+    and diagnostics.csv (cond of one layer) when `cond` is given."""
+    folder = os.path.join(root, "continual", task, f"{intervention}-{layer_norm}-seed{seeds[0]}")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"task": task, "intervention": intervention, "layer_norm": layer_norm}, f)
+    with open(os.path.join(folder, "tasks.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["task", "seed", "online_accuracy", "final_accuracy", "loss"])
+        for t in range(scores.shape[1]):
+            w.writerows((t, s, scores[i, t], 1.0, 0.5) for i, s in enumerate(seeds))
+    if cond is not None:
+        with open(os.path.join(folder, "diagnostics.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["task", "seed", "network", "layer", "metric", "value"])
+            for t in range(cond.shape[1]):
+                w.writerows((t, s, "net", "MLP_0/Dense_0", "cond", cond[i, t])
+                            for i, s in enumerate(seeds))
+    return folder
+
+
+def test_table_curve_and_improvement_match_direct_computation(tmp_path):
+    rng = np.random.default_rng(0)
+    clip = rng.uniform(0.5, 0.9, (6, 12))
+    none_a, none_b = rng.uniform(0.2, 0.6, (3, 12)), rng.uniform(0.2, 0.6, (3, 14))
+    fake_run(tmp_path, "random_label_digits", "clip", list(range(6)), clip)
+    fake_run(tmp_path, "random_label_digits", "none", [0, 1, 2], none_a)
+    fake_run(tmp_path, "random_label_digits", "none", [3, 4, 5], none_b)  # two jobs' seeds
+    fake_run(tmp_path, "random_label_digits", "none", [0, 1], clip[:2], layer_norm=False)
+    methods = {m.label: m for m in load_methods([str(tmp_path)])}
+    assert set(methods) == {"clip", "none", "none (no LayerNorm)"}
+    none = np.concatenate([none_a, none_b[:, :12]])  # cut to the tasks every method finished
+    np.testing.assert_array_equal(methods["none"].scores, none)
+    summary = summarize(list(methods.values()), "clip", last=4, reps=2000, curve_reps=500)
+    rows = {r["method"]: r for r in summary.table}
+    assert rows["none"]["all_mean"] == pytest.approx(none.mean())
+    assert rows["none"]["last4_mean"] == pytest.approx(none[:, -4:].mean())
+    assert rows["none"]["all_lower"] < none.mean() < rows["none"]["all_upper"]
+    np.testing.assert_allclose(summary.curves["clip"][0], clip.mean(axis=0))
+    assert np.all(summary.curves["clip"][1] <= clip.mean(axis=0) + 1e-12)
+    # every clip run beats every LayerNorm run on its mean over tasks
+    poi = {r["over"]: r for r in summary.improvement}
+    assert poi["none"]["probability"] == 1.0
+    x, y = clip.mean(axis=1), methods["none (no LayerNorm)"].scores.mean(axis=1)
+    wins = np.mean([(a > b) + 0.5 * (a == b) for a in x for b in y])
+    assert poi["none (no LayerNorm)"]["probability"] == pytest.approx(wins)
+
+
+def test_aggregate_and_condition_number_commands(tmp_path):
+    rng = np.random.default_rng(1)
+    for name in ("clip", "none"):
+        fake_run(tmp_path / "runs", "permuted_digits", name, [0, 1, 2],
+                 rng.uniform(0, 1, (3, 15)), cond=np.exp(rng.uniform(0, 3, (3, 15))))
+    out = tmp_path / "out"
+    proc = run("aggregate_continual.py", f"--runs={tmp_path / 'runs'}", f"--out={out}",
+               "--reps=500", "--curve_reps=200")
+    assert "P(clip > none)" in proc.stdout
+    assert {"curve.png", "curve.csv", "table.md", "table.csv", "summary.json"} <= set(
+        os.listdir(out))
+    assert len(read_csv(out / "curve.csv")) == 2 * 15
+    run("condition_numbers.py", f"--runs={tmp_path / 'runs'}", f"--out={out}")
+    rows = read_csv(out / "condition_numbers.csv")
+    assert {r["layer"] for r in rows} == {"MLP_0/Dense_0"} and len(rows) == 2 * 15
+    bad = run("aggregate_continual.py", f"--runs={tmp_path / 'nothing'}", check=False)
+    assert bad.returncode == 2 and "--runs" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_anisotropic_matrix_has_d_unit_directions_at_the_original_norm():
+    rng = np.random.default_rng(2)
+    kernel = rng.standard_normal((20, 8)).astype(np.float32)
+    w = anisotropic(kernel, 3, 1e-5)
+    s = np.linalg.svd(w.astype(np.float64), compute_uv=False)
+    assert np.linalg.norm(w) == pytest.approx(np.linalg.norm(kernel), rel=1e-5)
+    assert np.allclose(s[:3], s[0]) and np.all(s[3:] < 1e-4 * s[0])
+    _, _, vt_w = np.linalg.svd(w.astype(np.float64))
+    _, _, vt_k = np.linalg.svd(kernel.astype(np.float64))
+    # the unit directions span the kernel's top three right singular vectors
+    np.testing.assert_allclose(vt_w[:3].T @ vt_w[:3], vt_k[:3].T @ vt_k[:3], atol=1e-4)
+
+
+def test_anisotropic_init_command(tmp_path):
+    run("anisotropic_init.py", "--ds=1,64", "--seeds=2", "--examples=32", "--max_steps=200",
+        "--eval_every=50", "--hidden_dim=16", f"--out={tmp_path}")
+    rows = read_csv(tmp_path / "anisotropy.csv")
+    assert [(r["d"], r["seed"]) for r in rows] == [("1", "0"), ("1", "1"), ("64", "0"),
+                                                    ("64", "1")]
+    assert all(int(r["steps"]) in (50, 100, 150, 200) for r in rows)
+    assert (tmp_path / "anisotropy.png").exists()
+
+
+def test_sweep_grid_of_continual_methods_tasks_and_c_values(tmp_path):
+    grid = make_grid("continual", preset="continual_digits", interventions="all",
+                     clip_cs="1.5,2,4", seeds=10, extra=["--num_tasks=20"])
+    jobs = grid.jobs()
+    names = {(j.env, j.run_name) for j in jobs}
+    assert ("random_label_digits", "none-seed0") in names
+    assert {("permuted_digits", f"clip-c{c}-seed0") for c in ("1.5", "2", "4")} <= names
+    assert ("permuted_digits", "reset-seed0") in names  # c values only with clip
+    assert len(jobs) == grid.job_count()
+    clip = next(j for j in jobs if j.run_name == "clip-c4-seed0")
+    argv = clip.argv(str(tmp_path))
+    assert argv[1].endswith("run_continual.py")
+    assert "--task=permuted_digits" in argv and "--clip_c=4" in argv and "--num_tasks=20" in argv
+    assert not any(a.startswith("--utd") or a.startswith("--env=") for a in argv)
+    assert clip.run_dir(str(tmp_path)).endswith("continual/permuted_digits/clip-c4-seed0")
+    for kwargs, words in [({"envs": "random_label_mnst"}, ["random_label_mnist"]),
+                          ({"envs": "permuted_digits", "utds": "4"}, ["UTD"]),
+                          ({"envs": "permuted_digits", "max_steps": 10}, ["max_steps"]),
+                          ({"envs": "permuted_digits", "clip_cs": "0.5",
+                            "interventions": "clip"}, [">= 1"]),
+                          ({"envs": "permuted_digits", "clip_cs": "2",
+                            "interventions": "none"}, ["clip"])]:
+        with pytest.raises(SweepError) as e:
+            make_grid("continual", **kwargs)
+        assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_the_comparison_in_one_command(tmp_path):
+    proc = run("compare_continual.py", "--tasks=random_label_digits", "--interventions=none,clip",
+               "--seeds=2", f"--logdir={tmp_path}", "--reps=200", "--", "--num_tasks=2",
+               "--epochs=1", "--hidden_dim=8", "--progress=false", timeout=600)
+    assert "P(clip > none)" in proc.stdout
+    for name in ("none-seed0", "clip-seed0"):
+        assert (tmp_path / "continual" / "random_label_digits" / name / "done.json").exists()
+    rows = read_csv(tmp_path / "aggregate" / "random_label_digits" / "table.csv")
+    assert {r["method"] for r in rows} == {"none", "clip"}
+    assert all(r["seeds"] == "2" and r["tasks"] == "2" for r in rows)

@@ -1,0 +1,107 @@
+"""The continual benchmarks' loaders read tiny files written in the real formats back exactly, and
+a missing or malformed file is one line naming the file, where it was looked for and where to
+get it."""
+
+import os
+
+import numpy as np
+import pytest
+
+from continual.data import DataError, load_cifar10, load_digits, load_imagenet32, load_mnist
+from tests.continual_files import write_cifar, write_idx, write_imagenet32, write_mnist
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_mnist_idx_files_read_back(tmp_path, compress):
+    images, labels = write_mnist(str(tmp_path), n=20, compress=compress)
+    data = load_mnist(str(tmp_path))
+    np.testing.assert_array_equal(data.images, images.reshape(20, 784))
+    np.testing.assert_array_equal(data.labels, labels)
+    assert data.images.dtype == np.uint8 and data.scale == pytest.approx(1 / 255)
+
+
+def test_mnist_npz_reads_back(tmp_path):
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (12, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 10, 12).astype(np.uint8)
+    os.makedirs(tmp_path / "mnist")
+    np.savez(tmp_path / "mnist" / "mnist.npz", x_train=x, y_train=y, x_test=x[:2], y_test=y[:2])
+    data = load_mnist(str(tmp_path))
+    np.testing.assert_array_equal(data.images, x.reshape(12, -1))
+    np.testing.assert_array_equal(data.labels, y)
+
+
+def test_cifar_batches_read_back_as_height_width_channels(tmp_path):
+    stored, labels = write_cifar(str(tmp_path), per_batch=4)
+    data = load_cifar10(str(tmp_path))
+    assert data.images.shape == (20, 32, 32, 3)
+    # The files hold each image as 1,024 red, then green, then blue values, row by row.
+    for i, (r, c, ch) in enumerate([(0, 0, 0), (5, 7, 1), (31, 31, 2), (12, 3, 2)]):
+        assert data.images[i, r, c, ch] == stored[i, ch * 1024 + r * 32 + c]
+    np.testing.assert_array_equal(data.labels, labels)
+
+
+def test_imagenet32_reads_back_with_labels_from_zero(tmp_path):
+    stored, labels = write_imagenet32(str(tmp_path), per_class=1, batches=10)
+    data = load_imagenet32(str(tmp_path))
+    assert data.images.shape == (1000, 32, 32, 3) and data.num_classes == 1000
+    np.testing.assert_array_equal(data.labels, labels - 1)
+    assert data.images[7, 2, 9, 1] == stored[7, 1024 + 2 * 32 + 9]
+    first = load_imagenet32(str(tmp_path), batches=1)
+    assert len(first.labels) == 100
+
+
+def test_digits_need_no_files():
+    data = load_digits()
+    assert data.images.shape == (1797, 64) and data.images.max() == 16
+    assert data.scale == pytest.approx(1 / 16) and set(data.labels.tolist()) == set(range(10))
+
+
+def one_line(error: DataError) -> str:
+    message = str(error)
+    assert "\n" not in message
+    return message
+
+
+def test_missing_files_say_which_where_and_where_to_get_them(tmp_path):
+    with pytest.raises(DataError) as e:
+        load_mnist(str(tmp_path))
+    message = one_line(e.value)
+    assert "train-images-idx3-ubyte" in message and str(tmp_path / "mnist") in message
+    assert "mnist.npz" in message and "http" in message
+    with pytest.raises(DataError) as e:
+        load_cifar10(str(tmp_path))
+    assert "data_batch_1" in one_line(e.value) and "cifar-10-python" in str(e.value)
+    with pytest.raises(DataError) as e:
+        load_imagenet32(str(tmp_path))
+    assert "train_data_batch_1.npz" in one_line(e.value) and "image-net.org" in str(e.value)
+    write_mnist(str(tmp_path))
+    os.remove(tmp_path / "mnist" / "train-labels-idx1-ubyte")
+    with pytest.raises(DataError) as e:
+        load_mnist(str(tmp_path))
+    assert "train-labels-idx1-ubyte" in one_line(e.value)
+
+
+def test_malformed_files_say_what_is_wrong(tmp_path):
+    folder = tmp_path / "mnist"
+    write_mnist(str(tmp_path))
+    write_idx(str(folder / "train-images-idx3-ubyte"), np.zeros((3, 28, 28)), 2049)
+    with pytest.raises(DataError) as e:
+        load_mnist(str(tmp_path))
+    assert "magic" in one_line(e.value) and "train-images-idx3-ubyte" in str(e.value)
+    write_mnist(str(tmp_path))
+    path = folder / "train-labels-idx1-ubyte"
+    path.write_bytes(path.read_bytes()[:-5])
+    with pytest.raises(DataError) as e:
+        load_mnist(str(tmp_path))
+    assert "bytes of data" in one_line(e.value)
+    write_cifar(str(tmp_path))
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
+    with pytest.raises(DataError) as e:
+        load_cifar10(str(tmp_path))
+    assert "data_batch_3" in one_line(e.value)
+    write_imagenet32(str(tmp_path), per_class=1)
+    np.savez(tmp_path / "imagenet32" / "train_data_batch_2.npz", images=np.zeros(3))
+    with pytest.raises(DataError) as e:
+        load_imagenet32(str(tmp_path))
+    assert "train_data_batch_2.npz" in one_line(e.value)

@@ -1,0 +1,158 @@
+"""launch/run_continual.py as a user runs it: one short run per kind of benchmark (tiny files in
+the real formats for MNIST, CIFAR-10 and ImageNet), exact resume after a kill at a task
+boundary, and bad input as one line with exit code 2."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from tests.continual_files import write_cifar, write_imagenet32, write_mnist
+from tests.runs import REPO, read_csv, run
+
+TINY = ["--num_tasks=2", "--num_seeds=2", "--hidden_dim=8", "--progress=false"]
+
+
+def run_dir(logdir, task, name):
+    return os.path.join(logdir, "continual", task, name)
+
+
+def check_outputs(folder: str, tasks: int, seeds: int, event: str | None) -> list[dict]:
+    rows = read_csv(os.path.join(folder, "tasks.csv"))
+    assert list(rows[0]) == ["task", "seed", "online_accuracy", "final_accuracy", "loss"]
+    assert [(int(r["task"]), int(r["seed"])) for r in rows] == [
+        (t, s) for t in range(tasks) for s in range(seeds)]
+    for r in rows:
+        assert 0 <= float(r["online_accuracy"]) <= 1 and 0 <= float(r["final_accuracy"]) <= 1
+    diagnostics = read_csv(os.path.join(folder, "diagnostics.csv"))
+    assert {r["metric"] for r in diagnostics} >= {"cond", "stable_rank", "srank",
+                                                    "dormant_tau0"}
+    assert {int(r["task"]) for r in diagnostics} == set(range(tasks))
+    events = read_csv(os.path.join(folder, "interventions.csv"))
+    assert {r["kind"] for r in events} == ({event} if event else set())
+    assert os.path.exists(os.path.join(folder, "done.json"))
+    return rows
+
+
+def test_random_label_digits_with_clip(tmp_path):
+    run("run_continual.py", "--task=random_label_digits", "--intervention=clip", "--epochs=1",
+        f"--logdir={tmp_path}", *TINY)
+    folder = run_dir(tmp_path, "random_label_digits", "clip-seed0")
+    check_outputs(folder, 2, 2, "clip")
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    assert config["clip_c"] == 2.0 and config["examples"] == 256 and config["batch_size"] == 32
+    assert config["learner_config"]["input_shape"] == [64]
+
+
+def test_permuted_mnist_from_idx_files(tmp_path):
+    write_mnist(str(tmp_path / "data"), n=100, compress=True)
+    run("run_continual.py", "--task=permuted_mnist", f"--data_dir={tmp_path / 'data'}",
+        "--examples=40", "--batch_size=20", "--epochs=1", "--intervention=reset",
+        f"--logdir={tmp_path}", *TINY)
+    check_outputs(run_dir(tmp_path, "permuted_mnist", "reset-seed0"), 2, 2, "reset")
+
+
+def test_random_label_cifar_from_pickled_batches(tmp_path):
+    write_cifar(str(tmp_path / "data"), per_batch=8)
+    run("run_continual.py", "--task=random_label_cifar", f"--data_dir={tmp_path / 'data'}",
+        "--examples=32", "--batch_size=16", "--epochs=1", "--layer_norm=false", "--channels=4,4",
+        f"--logdir={tmp_path}", *TINY)
+    rows = check_outputs(run_dir(tmp_path, "random_label_cifar", "none-seed0"), 2, 2, None)
+    assert len(rows) == 4
+
+
+def test_continual_imagenet_class_pairs_from_npz_batches(tmp_path):
+    write_imagenet32(str(tmp_path / "data"), per_class=2)
+    run("run_continual.py", "--task=continual_imagenet", f"--data_dir={tmp_path / 'data'}",
+        "--examples=2", "--batch_size=2", "--epochs=1", "--num_tasks=2", "--num_seeds=1",
+        "--channels=4,4,4",
+        "--hidden_dim=8", "--progress=false", f"--logdir={tmp_path}")
+    check_outputs(run_dir(tmp_path, "continual_imagenet", "none-seed0"), 2, 1, None)
+
+
+def final_states(folder: str):
+    manager = ocp.CheckpointManager(os.path.join(folder, "checkpoints"),
+                                    item_names=("device", "host", "meta"))
+    out = manager.restore(manager.latest_step(),
+                          args=ocp.args.Composite(device=ocp.args.StandardRestore()))
+    return jax.device_get(out["device"])
+
+
+def test_resume_after_a_kill_at_a_task_boundary_is_bit_identical(tmp_path):
+    flags = ["--task=random_label_digits", "--intervention=clip", "--num_tasks=4",
+             "--num_seeds=2", "--hidden_dim=8", "--epochs=1", "--checkpoint_every=1",
+             "--progress=false"]
+    run("run_continual.py", *flags, f"--logdir={tmp_path / 'whole'}")
+    killed = subprocess.run(  # SIGKILL while the third checkpoint (after task 2) is written
+        [sys.executable, os.path.join(REPO, "tests", "killsave.py"), "3",
+         os.path.join(REPO, "launch", "run_continual.py"), *flags,
+         f"--logdir={tmp_path / 'parts'}"], capture_output=True, text=True, cwd=REPO,
+        timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    parts = run_dir(tmp_path / "parts", "random_label_digits", "clip-seed0")
+    assert len(read_csv(os.path.join(parts, "tasks.csv"))) == 6  # task 2 logged, not saved
+    resumed = run("run_continual.py", *flags, f"--logdir={tmp_path / 'parts'}")
+    assert "resumed after task 1" in resumed.stderr
+    whole = run_dir(tmp_path / "whole", "random_label_digits", "clip-seed0")
+    for name in ("tasks.csv", "diagnostics.csv", "interventions.csv"):
+        with open(os.path.join(whole, name)) as a, open(os.path.join(parts, name)) as b:
+            assert a.read() == b.read(), name
+    for x, y in zip(jax.tree.leaves(final_states(whole)), jax.tree.leaves(final_states(parts)),
+                    strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def one_line_error(proc) -> str:
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--task=random_label_mnst"], ["--task", "random_label_mnist", "permuted_digits"]),
+    (["--task=random_label_mnist", "--data_dir=/nonexistent"],
+     ["train-images-idx3-ubyte", "/nonexistent/mnist", "mnist.npz"]),
+    (["--task=random_label_cifar", "--data_dir=/nonexistent"],
+     ["data_batch_1", "/nonexistent/cifar-10-batches-py"]),
+    (["--intervention=clipp"], ["clipp", "none", "clip", "reset"]),
+    (["--clip_c=0.5", "--intervention=clip"], ["--clip_c", ">= 1"]),
+    (["--batch_size=1000"], ["--batch_size", "256"]),
+    (["--num_tasks=-1"], ["--num_tasks", "positive"]),
+    (["--channels=8"], ["--channels", "random_label_cifar"]),
+    (["--optimizer=rmsprop"], ["--optimizer", "adam", "sgd", "muon"]),
+])
+def test_bad_input_is_one_line(tmp_path, args, words):
+    line = one_line_error(run("run_continual.py", *args, f"--logdir={tmp_path}", check=False))
+    for word in words:
+        assert word in line, line
+    assert not os.path.exists(tmp_path / "continual")
+
+
+def test_sigterm_stops_at_a_task_boundary_after_a_checkpoint(tmp_path):
+    flags = ["--task=random_label_digits", "--num_tasks=200", "--num_seeds=1", "--hidden_dim=8",
+             "--epochs=1", "--diagnostics=false", "--progress=false", f"--logdir={tmp_path}"]
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "launch", "run_continual.py"),
+                             *flags], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    rows = os.path.join(run_dir(tmp_path, "random_label_digits", "none-seed0"), "tasks.csv")
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(rows) and len(read_csv(rows)) >= 2:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    done = len(read_csv(rows))
+    assert f"stopped by SIGTERM after task {done - 1}" in err
+    steps = os.listdir(os.path.join(os.path.dirname(rows), "checkpoints"))
+    assert str(done) in steps and done < 200
