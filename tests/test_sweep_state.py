@@ -185,8 +185,8 @@ def test_recorded_settings_include_the_agents_hyperparameters():
 @pytest.mark.parametrize("launched, now, config, differs", [
     # "--flag value" pairs: their values are compared, as "--flag=value" ones are.
     (["--clip_c", "2"], ["--clip_c", "3"], {}, "--clip_c=2 there, --clip_c=3 now"),
-    (["--clip_c", "2"], ["--clip_c=2.0"], {}, None),
-    ([], ["--clip_c", "3"], {"agent_config": {"clip_c": 2.0}}, "clip_c: 2.0 there, '3' now"),
+    (["--clip_c", "2"], ["--clip_c=2.0"], {"clip_c": 2.0}, None),
+    ([], ["--tau", "0.01"], {"agent_config": {"tau": 0.005}}, "tau: 0.005 there, '0.01' now"),
     # A boolean's --noflag and --flag=false are one setting.
     (["--nodiagnostics"], ["--diagnostics=false"], {"diagnostics": False}, None),
     (["--nodiagnostics"], ["--diagnostics"], {"diagnostics": False},
