@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import Run
 from interventions import registry
-from launch.config import DASHBOARD_FIELDS
-from launch.run_files import flat_settings
+from launch.rundir.record import WATCH_SETTINGS, flat_settings
 
 POOLING_KEYS = ("agent", "intervention", "utd")
 
@@ -64,7 +63,7 @@ def group_runs(runs: Sequence[Run], keys: Sequence[str]) -> dict[str, list[Run]]
 IGNORED_SETTINGS = ("seed", "num_seeds", "env", "max_steps", "logdir", "run_name", "resume",
                     "progress", "checkpoint_every", "keep_final_buffer", "log_every",
                     "diagnostics", "dormant_taus", "srank_threshold", "diagnostics_batch_size",
-                    "versions", "earlier_versions", *DASHBOARD_FIELDS)
+                    "versions", "earlier_versions", *WATCH_SETTINGS)
 LISTED_DIFFERENCES = 3
 
 

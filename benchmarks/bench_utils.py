@@ -1,9 +1,15 @@
 """Shared measurement helpers for the benchmark scripts (run as `python benchmarks/<name>.py`).
 
-Importing it sets the framework's XLA:CPU options (`launch.xla_flags`), so the benchmarks
-measure what training runs with; SINGULARCLIP_STOCK_XLA=1 measures stock XLA instead.
+The benchmarks' startup: importing it sets the framework's XLA:CPU options
+(`launch.xla_flags`) before JAX starts, so the benchmarks measure what training runs with;
+SINGULARCLIP_STOCK_XLA=1 measures stock XLA instead.
 """
 
+from launch.xla_flags import apply_xla_flags
+
+apply_xla_flags()
+
+# isort: split
 import collections
 import math
 import os
@@ -17,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-import launch  # noqa: F401 (sets the XLA:CPU options of launch.xla_flags before JAX starts)
 from agents import make_agent
 from agents.common import Batch
 from launch.config import TrainConfig

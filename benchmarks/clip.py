@@ -9,6 +9,11 @@ shape; (3) the time of one clip event on a whole SAC and a whole BRO-size networ
 weight and feature diagnostics. Times are medians after jit warm-up, with block_until_ready.
 """
 
+from launch.xla_flags import apply_xla_flags
+
+apply_xla_flags()  # before JAX starts: the options training runs the clip with
+
+# isort: split
 import argparse
 import time
 from collections.abc import Callable

@@ -22,7 +22,7 @@ os.environ.setdefault("MUJOCO_GL", "disabled")
 import numpy as np  # noqa: E402
 
 from envs import make_env  # noqa: E402
-from launch.config import MAX_SEEDS  # noqa: E402
+from launch.config import MAX_SEEDS
 from launch.memory import env_nbytes, process_memory_bytes  # noqa: E402
 
 flags.DEFINE_list("envs", ["cartpole-swingup", "cheetah-run", "humanoid-run", "dog-run"],

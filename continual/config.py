@@ -14,16 +14,15 @@ from absl import flags
 from continual.learner import DEFAULT_LEARNING_RATE, OPTIMIZERS
 from continual.tasks import BENCHMARKS
 from interventions import registry
+from launch.cli import define_method_flags, method_values
 from launch.config import (
     RESUME_MODES,
     ConfigError,
     check_interventions,
     check_read_when,
-    define_method_flags,
-    method_values,
     with_method_settings,
 )
-from launch.run_files import versions
+from launch.rundir.record import versions
 
 # Method settings of continual runs where they differ from the registry's defaults, by method
 # and field; applied where the method is registered (tests/test_continual_learner.py checks

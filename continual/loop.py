@@ -42,13 +42,9 @@ from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
 from launch.config import ConfigError
 from launch.events import event_apply
-from launch.run_files import (
-    RunFiles,
-    added_settings,
-    flat_settings,
-    read_config,
-)
-from launch.train import checkpoint_dirs
+from launch.rundir.files import RunFiles
+from launch.rundir.record import added_settings, flat_settings, read_config
+from launch.rundir.resume import checkpoint_dirs
 
 HEADERS = {
     "tasks.csv": ("task", "seed", "online_accuracy", "final_accuracy", "loss"),

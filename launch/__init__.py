@@ -1,8 +1,3 @@
-"""Run scripts, the training loop and what they share.
-
-Importing this package sets the XLA options of `launch.xla_flags` (before JAX starts).
-"""
-
-from launch.xla_flags import apply_xla_flags
-
-apply_xla_flags()
+"""Run scripts, the training loop and what they share. Importing it changes nothing: each
+entry point (the scripts here, the tests' conftest, the benchmarks) calls
+`launch.startup.begin()` or `launch.xla_flags.apply_xla_flags()` before JAX starts."""

@@ -12,7 +12,9 @@ import sys
 import warnings
 from pathlib import Path
 
-import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 from absl import app, flags
@@ -22,7 +24,7 @@ from analysis.errors import AggregationError, AggregationWarning
 from analysis.report import FIGURES, write_tables
 from analysis.summary import Settings, check_settings, summarize
 from launch import ctrl_c
-from launch.config import one_line_flag_parser
+from launch.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runs", [], "Run directories, one algorithm each (or split by --group_by). "

@@ -15,7 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 from absl import app, flags
@@ -23,7 +25,7 @@ from absl import app, flags
 from analysis.continual import METRICS, load_methods, markdown, summarize
 from analysis.errors import AggregationError
 from launch import ctrl_c
-from launch.config import one_line_flag_parser
+from launch.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runs", [], "Run directories of one benchmark, or folders holding them "

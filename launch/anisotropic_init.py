@@ -17,7 +17,9 @@ import csv
 import sys
 from pathlib import Path
 
-import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 import jax
@@ -28,7 +30,7 @@ from absl import app, flags, logging
 from continual.data import LOADERS, DataError
 from continual.learner import DEFAULT_LEARNING_RATE, Examples, LearnerConfig, make_learner
 from interventions.matrices import is_weight_matrix
-from launch.config import one_line_flag_parser
+from launch.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("data", "digits", ["digits", "mnist"], "The stationary task's images.")

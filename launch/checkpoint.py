@@ -34,7 +34,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from launch.run_files import CannotResume
+from launch.rundir.record import CannotResume
 
 
 def _is_key(x: Any) -> bool:

@@ -15,12 +15,14 @@ import subprocess
 import sys
 import time
 
-import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 from absl import app, flags
 
-from launch.config import one_line_flag_parser
+from launch.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", ["permuted_digits", "random_label_digits"], "Benchmarks.")

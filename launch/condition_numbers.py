@@ -17,7 +17,9 @@ import os
 import sys
 from pathlib import Path
 
-import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 import numpy as np
@@ -25,7 +27,7 @@ from absl import app, flags
 
 from analysis.continual import find_runs, label_of
 from analysis.errors import AggregationError
-from launch.config import one_line_flag_parser
+from launch.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runs", [], "Continual run directories, or folders holding them.")

@@ -15,7 +15,9 @@ import os
 import sys
 from collections import defaultdict
 
-import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 import matplotlib
@@ -24,7 +26,7 @@ from absl import app, flags
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from launch.config import one_line_flag_parser  # noqa: E402
+from launch.cli import one_line_flag_parser
 
 flags.DEFINE_string("out", "", "Folder for the PNG files (default: <run_dir>/plots).")
 FLAGS = flags.FLAGS

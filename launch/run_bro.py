@@ -12,7 +12,9 @@ to <logdir>/bro/<env>/<run_name>/ as for run_sac.py.
 import dataclasses
 import sys
 
-import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 from absl import app, flags
@@ -20,8 +22,9 @@ from absl import app, flags
 from agents import bro
 from envs import make_env
 from interventions import BRO_RESET_STEPS, bro_reset_steps
-from launch import config, runner
-from launch.config import BRO_DEFAULTS, TrainConfig, define_flags
+from launch import cli, config, runner
+from launch.cli import define_flags
+from launch.config import BRO_DEFAULTS, TrainConfig
 
 _DEFAULT = bro.BROConfig()
 _HELP = {
@@ -64,7 +67,7 @@ _HELP = {
 _DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_boolean}
 
 define_flags(BRO_DEFAULTS)
-flags.adopt_module_key_flags(config)  # the shared flags show in --help
+flags.adopt_module_key_flags(cli)  # the shared flags show in --help
 for _name, _help in _HELP.items():
     _DEFINE[type(getattr(_DEFAULT, _name))](_name, getattr(_DEFAULT, _name), _help)
 

@@ -21,7 +21,9 @@ import sys
 # 64 x 256 matrices took 0.50 s with OpenBLAS's default threads and 0.019 s with one.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import launch.startup  # noqa: E402,F401 (first of the rest: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 import jax
@@ -30,22 +32,23 @@ from absl import app, flags, logging
 from continual import config as continual_config
 from continual.data import DataError
 from continual.loop import ContinualRun, Diverged, Stopped, resume_state
-from launch import config as launch_config
+from launch import cli as launch_cli
 from launch import ctrl_c
-from launch.config import ConfigError, one_line_flag_parser
-from launch.run_files import (
+from launch.cli import one_line_flag_parser
+from launch.config import ConfigError
+from launch.rundir.lock import (
     EXIT_IN_USE,
     EXIT_STOPPED,
-    CannotResume,
     RunDirInUse,
     check_not_in_use,
     lock_run_dir,
 )
+from launch.rundir.record import CannotResume
 from launch.runner import check_writable
 
 continual_config.define_flags()
 flags.adopt_module_key_flags(continual_config)  # its flags and the methods' show in --help
-flags.adopt_module_key_flags(launch_config)
+flags.adopt_module_key_flags(launch_cli)
 
 
 def _fail(message: str, code: int) -> None:

@@ -10,20 +10,23 @@ held while a process trains the run).
 
 import dataclasses
 
-import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 from absl import app, flags
 
 from agents import sac
 from agents.common import check_size
-from launch import config, runner
-from launch.config import SAC_DEFAULTS, define_flags
+from launch import cli, runner
+from launch.cli import define_flags
+from launch.config import SAC_DEFAULTS
 
 _DEFAULT = sac.SACConfig()
 
 define_flags(SAC_DEFAULTS)
-flags.adopt_module_key_flags(config)  # the shared flags show in --help
+flags.adopt_module_key_flags(cli)  # the shared flags show in --help
 flags.DEFINE_integer("hidden_dim", _DEFAULT.hidden_dims[0], "Width of each hidden layer.")
 flags.DEFINE_integer("num_layers", len(_DEFAULT.hidden_dims), "Hidden layers of actor and critic.")
 flags.DEFINE_boolean("layer_norm", _DEFAULT.layer_norm, "LayerNorm after each hidden Dense.")

@@ -23,14 +23,13 @@ from agents import make_agent
 from envs import UnknownEnvError, check_env_name, make_env
 from envs.envpool_backend import EnvBackendError, check_task
 from launch import ctrl_c
+from launch.cli import config_from_flags, one_line_flag_parser
 from launch.config import (
     ConfigError,
     TrainConfig,
-    config_from_flags,
     dashboards_warning,
     diagnostics_warning,
     early_warning,
-    one_line_flag_parser,
     schedule_warning,
     seed_warning,
     unused_flags_warning,
@@ -38,26 +37,17 @@ from launch.config import (
 )
 from launch.dashboards import DashboardError, check_installed
 from launch.events import intervention_plan
-from launch.run_files import (
+from launch.resources import TooLargeForMemory, check_fits
+from launch.rundir.lock import (
     EXIT_IN_USE,
     EXIT_STOPPED,
-    CannotResume,
     RunDirInUse,
     check_not_in_use,
-    config_record,
     lock_run_dir,
 )
-from launch.train import (
-    Diverged,
-    Stopped,
-    TooLargeForMemory,
-    Trainer,
-    UnevenEpisodes,
-    check_fits,
-    checkpoint_dirs,
-    make_trainer,
-    resume_state,
-)
+from launch.rundir.record import CannotResume, config_record
+from launch.rundir.resume import checkpoint_dirs, resume_state
+from launch.train import Diverged, Stopped, Trainer, UnevenEpisodes, make_trainer, seed_init
 
 __all__ = ["ConfigError", "main"]
 
@@ -280,7 +270,8 @@ def _dry_run(cfg: TrainConfig, agent, warn_schedule) -> None:
     if state != "done":  # a finished run is read only (it may be archived read-only)
         check_writable(cfg.run_dir, create=False)
     try:
-        check_fits(agent, cfg, make_env(cfg.env, cfg.seed, cfg.action_repeat))
+        probe = make_env(cfg.env, cfg.seed, cfg.action_repeat)
+        check_fits(*seed_init(agent, cfg.seeds, probe.obs_dim, probe.act_dim), cfg, probe)
     except TooLargeForMemory as e:
         _fail(_too_large(e, cfg), 1)
     _warn(cfg, warn_schedule)

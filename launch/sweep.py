@@ -18,7 +18,9 @@ import os
 import resource
 import sys
 
-import launch.startup  # noqa: F401 (first: holds a Ctrl-C in the imports)
+from launch import startup
+
+startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 from absl import app, flags, logging
@@ -26,7 +28,7 @@ from absl import app, flags, logging
 from envs import UnknownEnvError
 from interventions import registry
 from launch import ctrl_c
-from launch.config import one_line_flag_parser
+from launch.cli import one_line_flag_parser
 from launch.sweep_lib.grid import (
     AGENTS,
     DEFAULT_SCRIPT_DIR,

@@ -9,9 +9,7 @@ whenever its minibatches do not need that step's transition, and computes while 
 (`Trainer.step_and_update`).
 """
 
-import csv
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -28,32 +26,12 @@ from envs import make_env, make_vector_env
 from launch import ctrl_c, dashboards
 from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
-from launch.config import DASHBOARD_FIELDS, ConfigError, TrainConfig
+from launch.config import TrainConfig
 from launch.events import Intervention, build_intervention, intervention_plan, with_hooks
-from launch.memory import (
-    buffer_nbytes,
-    cgroup_memory_limit,
-    env_nbytes,
-    host_memory_bytes,
-    physical_memory_bytes,
-    process_memory_bytes,
-    sized,
-)
-from launch.run_files import (
-    DIVERGED,
-    LOSS_WARNINGS,
-    CannotResume,
-    RunFiles,
-    config_record,
-    done_problem,
-    flat_settings,
-    read_config,
-    with_added_settings,
-    with_resolved_settings,
-    write_json,
-)
+from launch.resources import check_fits
+from launch.rundir.files import LOSS_WARNINGS, RunFiles, read_loss_warnings
+from launch.rundir.record import CannotResume, config_record, with_earlier_versions, write_json
 from replay import ReplayBuffer
-from replay.device import replay_nbytes
 
 
 @dataclasses.dataclass
@@ -93,125 +71,11 @@ class UnevenEpisodes(RuntimeError):
     """Some seeds' episodes ended (terminated early) while others went on."""
 
 
-class TooLargeForMemory(RuntimeError):
-    """The agent's state alone (every seed's parameters, target networks and optimizer
-    moments) is larger than the memory of the device it trains on (found by tracing the
-    initialisation, before anything is compiled or allocated), or the run's replay buffer,
-    envs and states are larger than the host's memory. `advice`: the flags that set it."""
-
-    def __init__(self, message: str,
-                 advice: str = "the networks' sizes and --num_seeds set it: lower them"):
-        super().__init__(message)
-        self.advice = advice
-
-
-def device_memory_bytes(device: jax.Device) -> int | None:
-    """The bytes JAX may allocate on `device`: an accelerator's limit, for a CPU the host's
-    physical memory or the process's cgroup limit where smaller, or None where neither is
-    known."""
-    try:
-        stats = device.memory_stats()
-    except Exception:  # not every backend implements it
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"])
-    if device.platform == "cpu":
-        physical = physical_memory_bytes()
-        if physical is None:
-            return None
-        limit = cgroup_memory_limit()  # a container's or a SLURM job's (--mem), if smaller
-        return physical if limit is None else min(physical, limit)
-    return None
-
-
-def tree_nbytes(tree) -> int:
-    """Bytes of a pytree of arrays or shapes (a PRNG key counts as its key data)."""
-    total = 0
-    for leaf in jax.tree.leaves(tree):
-        dtype = leaf.dtype
-        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):  # its own impl's key data
-            data = jax.eval_shape(jax.random.key_data, leaf)
-            total += data.size * np.dtype(data.dtype).itemsize
-        else:
-            total += leaf.size * np.dtype(dtype).itemsize
-    return total
-
-
-def _told_apart(need: int, have: int) -> tuple[str, str]:
-    """Two byte counts in GiB with as few decimals as tell them apart, else in bytes."""
-    for digits in (1, 3):
-        pair = (f"{need / 2**30:,.{digits}f} GiB", f"{have / 2**30:,.{digits}f} GiB")
-        if pair[0] != pair[1]:
-            return pair
-    return f"{need:,} bytes", f"{have:,} bytes"
-
-
 def seed_init(agent: Agent, seeds, obs_dim: int, act_dim: int):
     """The jitted, seed-vmapped `agent.init` and the seeds' keys it initialises them from:
     `jax.random.key(s)` of each seed s (below 2**32), made in one vectorised call."""
     keys = jax.vmap(jax.random.key)(np.asarray(seeds, dtype=np.uint32))
     return jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim))), keys
-
-
-def check_state_fits(init_fn, init_keys: jax.Array, replay_bytes: int = 0) -> int:
-    """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make,
-    with `replay_bytes` of replay buffer on the device, cannot fit on the default device. Only
-    traces `init_fn` (the trace is the one its first call uses): XLA can compile networks far
-    too large for a GPU's memory for over a minute before failing, so they are refused here.
-    What an update holds beyond the state is left to the allocation that fails. Returns the
-    states' bytes."""
-    state = tree_nbytes(jax.eval_shape(init_fn, init_keys))
-    need = state + replay_bytes
-    device = jax.devices()[0]
-    have = device_memory_bytes(device)
-    if have is not None and need > have:
-        sizes = _told_apart(need, have)
-        what = (f"the agent's state (parameters, target networks and optimizer moments) of "
-                f"{init_keys.shape[0]} seed(s) takes")
-        if replay_bytes:
-            parts = _told_apart(state, replay_bytes)
-            what = f"{what} {parts[0]} and their replay buffer on the device {parts[1]}: together"
-        raise TooLargeForMemory(
-            f"{what} {sizes[0]}, more than the {device.platform.upper()}'s {sizes[1]}",
-            advice=("the networks' sizes, --num_seeds and --buffer_capacity (--replay_on_device) "
-                    "set it: lower them") if replay_bytes else
-            "the networks' sizes and --num_seeds set it: lower them")
-    return state
-
-
-def check_fits(agent: Agent, cfg: TrainConfig, env) -> tuple[Any, jax.Array]:
-    """`seed_init` for the run, after refusing (TooLargeForMemory) one whose agent states do
-    not fit its device (`check_state_fits`) or whose replay buffer, envs (two per seed) and, on
-    a CPU, states do not fit the host's memory with what this process holds already. Takes the
-    dimensions and sizes from `env`, one env of the run's task, so it runs before the run's
-    envs are built (minutes for a thousand seeds) and before anything compiles."""
-    init_fn, init_keys = seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim)
-    on_device = (replay_nbytes(cfg.num_seeds, cfg.buffer_capacity, env.obs_dim, env.act_dim)
-                 if cfg.replay_on_device else 0)
-    states = check_state_fits(init_fn, init_keys, on_device)
-    device = jax.devices()[0]
-    # On a CPU the device's memory is the host's (device_memory_bytes says so, or nothing).
-    have = device_memory_bytes(device) if device.platform == "cpu" else host_memory_bytes()
-    transitions = min(cfg.buffer_capacity, cfg.max_steps)
-    parts = {
-        f"the replay buffer ({cfg.num_seeds:,} seed(s) x {transitions:,} transitions, the "
-        "smaller of --buffer_capacity and --max_steps)":
-            0 if cfg.replay_on_device else
-            buffer_nbytes(cfg.num_seeds, transitions, env.obs_dim, env.act_dim),
-        f"{2 * cfg.num_seeds:,} envs (training and evaluation)":
-            2 * cfg.num_seeds * env_nbytes(env),
-        "the agents' states": states if device.platform == "cpu" else 0,
-        "this process so far": process_memory_bytes(),
-    }
-    need = sum(parts.values())
-    if have is not None and need > have:
-        shown = ", ".join(f"{what} {sized(n)}" for what, n in parts.items() if n)
-        sizes = _told_apart(need, have)
-        raise TooLargeForMemory(
-            f"the run needs about {sizes[0]} of host memory, more than the host's {sizes[1]}: "
-            f"{shown}",
-            advice="lower --num_seeds, --buffer_capacity or --max_steps")
-    return init_fn, init_keys
 
 
 # A finite loss whose magnitude passes this is warned about and recorded: DMC's rewards are at
@@ -298,152 +162,6 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-# Settings that may differ when a run resumes: how it resumes and shows progress, whether its
-# final checkpoint keeps the buffer, the library versions, how its logdir is spelled (the
-# run directory itself is the one resumed), and the dashboards it logs to.
-IGNORED_ON_RESUME = ("resume", "progress", "keep_final_buffer", "versions", "earlier_versions",
-                     "logdir", *DASHBOARD_FIELDS)
-
-
-def _set(versions: dict) -> dict:
-    """The versions and options a record sets: one it lacks and one set empty are alike."""
-    return {k: v for k, v in versions.items() if v not in (None, "")}
-
-
-def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
-    """The run's checkpoint directories by name: (env steps, those moved aside as corrupt)."""
-    ckpt_dir = os.path.join(run_dir, "checkpoints")
-    names = sorted(os.listdir(ckpt_dir)) if os.path.isdir(ckpt_dir) else []
-    return [n for n in names if n.isdigit()], [n for n in names if n.startswith("corrupt_")]
-
-
-def _results_without_config(run_dir: str, has_checkpoint: bool) -> str:
-    """What of a run a directory without config.json still holds ("" if nothing): checkpoints,
-    eval.csv rows. A run writes config.json before its first evaluation and checkpoint."""
-    held = ["checkpoints"] if has_checkpoint else []
-    try:
-        with open(os.path.join(run_dir, "eval.csv")) as f:
-            rows = sum(1 for _ in f) - 1
-    except OSError:
-        rows = 0
-    if rows > 0:
-        held.append(f"{rows} eval.csv row(s)")
-    return " and ".join(held)
-
-
-def resume_state(cfg: TrainConfig, record: dict) -> str:
-    """"fresh", "resume" or "done" for this run directory, as `--resume` asks.
-
-    Raises ConfigError when the directory holds a run with other settings, or when the mode
-    forbids what is there. Compiles nothing.
-    """
-    existing = read_config(cfg.run_dir)
-    ckpt_dir = os.path.join(cfg.run_dir, "checkpoints")
-    steps, corrupt = checkpoint_dirs(cfg.run_dir)
-    has_checkpoint = bool(steps)
-    if existing is None:
-        orphans = _results_without_config(cfg.run_dir, has_checkpoint)
-        if orphans:
-            raise ConfigError(f"{cfg.run_dir} holds {orphans} but no config.json, so its "
-                              "settings cannot be checked against these: restore its config.json, "
-                              "or use another --run_name or --logdir")
-    if existing is not None:
-        there = flat_settings(with_resolved_settings(with_added_settings(existing)))
-        now = flat_settings(with_resolved_settings(json.loads(json.dumps(record))))
-        differ = sorted(k for k in set(there) | set(now)
-                        if k.split(".")[0] not in IGNORED_ON_RESUME and there.get(k) != now.get(k))
-        if differ:
-            shown = ", ".join(f"{k}: {there.get(k)!r} there, {now.get(k)!r} now"
-                              for k in differ[:3])
-            raise ConfigError(f"{cfg.run_dir} holds a run with different settings ({shown}); "
-                              "use another --run_name or --logdir")
-    diverged = (_diverged_record(cfg.run_dir)
-                if existing is not None and not has_checkpoint and not corrupt else None)
-    if cfg.resume == "never" and existing is not None:
-        if diverged is not None:  # nothing to resume: it trains again from the start
-            return "fresh"
-        raise ConfigError(f"--resume=never but {cfg.run_dir} already holds a run; "
-                          "use another --run_name or --logdir")
-    if corrupt and not has_checkpoint:
-        raise ConfigError(f"every checkpoint of {cfg.run_dir} failed to restore earlier and was "
-                          f"moved aside ({', '.join(corrupt)}); starting over would overwrite its "
-                          "logs, so move the run directory away to start it again")
-    if diverged is not None:
-        raise ConfigError(f"{cfg.run_dir} diverged before its first checkpoint ({diverged}); "
-                          "training it again starts it over from env step 0, overwriting its "
-                          "logs: run the same command with --resume=never to do that")
-    if cfg.resume == "must" and not has_checkpoint:
-        raise ConfigError(f"--resume=must but there is no checkpoint in {ckpt_dir}")
-    if existing is not None and os.path.exists(os.path.join(cfg.run_dir, "done.json")):
-        return _finished_state(cfg, steps)
-    return "resume" if has_checkpoint else "fresh"
-
-
-def _diverged_record(run_dir: str) -> str | None:
-    """What diverged.json says (its cause, step and seed), or None where there is none."""
-    path = os.path.join(run_dir, DIVERGED)
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path) as f:
-            record = json.load(f)
-        return f"{record['what']} at env step {record['env_step']} for seed {record['seed']}"
-    except (OSError, ValueError, KeyError, TypeError):  # written by hand, cut short
-        return f"{path} records it"
-
-
-def _finished_state(cfg: TrainConfig, steps: list[str]) -> str:
-    """"done" for a finished run whose done.json reads as a JSON object. One that does not is
-    not taken as finished: said on stderr, its newest checkpoint and eval.csv are checked
-    instead. "resume" where they show where it stands: before --max_steps it trains on; at
-    --max_steps, with eval.csv's rows there for every seed, the restore checks that checkpoint
-    and the logs and writes done.json again. ConfigError where neither can tell."""
-    path = os.path.join(cfg.run_dir, "done.json")
-    problem = done_problem(path)
-    if problem is None:
-        return "done"
-    newest = max((int(step) for step in steps), default=None)
-    said = f"{path} cannot be read ({problem}), so the run is not taken as finished"
-    if newest is None:
-        raise ConfigError(f"{said}, and it holds no checkpoint to tell where it stands: restore "
-                          "done.json, or move the run directory away to train it again")
-    if newest < cfg.max_steps:
-        print(f"warning: {said}: its newest checkpoint is at env step {newest}, before "
-              f"--max_steps={cfg.max_steps}, so it trains on from there", file=sys.stderr)
-        return "resume"
-    missing = _seeds_not_evaluated(cfg, newest)
-    if missing:
-        raise ConfigError(f"{said}, and its eval.csv has no row at env step {newest} (its final "
-                          f"checkpoint's) for seeds {missing}: restore done.json and eval.csv, or "
-                          "move the run directory away to train it again")
-    print(f"warning: {said}: its final checkpoint (env step {newest}) and eval.csv's rows at "
-          "that step say it finished; restoring that checkpoint checks it and the logs, then "
-          "done.json is written again", file=sys.stderr)
-    return "resume"
-
-
-def _seeds_not_evaluated(cfg: TrainConfig, env_step: int) -> list[int]:
-    """The run's seeds that eval.csv has no row for at `env_step` (all where it is unreadable)."""
-    try:
-        with open(os.path.join(cfg.run_dir, "eval.csv"), newline="") as f:
-            seen = {row.get("seed") for row in csv.DictReader(f)
-                    if row.get("env_step") == str(env_step)}
-    except (OSError, UnicodeDecodeError, csv.Error):
-        seen = set()
-    return [seed for seed in cfg.seeds if str(seed) not in seen]
-
-
-def _loss_warnings(run_dir: str) -> dict:
-    """The losses LOSS_WARNINGS records ({} where there is none or it cannot be read)."""
-    try:
-        with open(os.path.join(run_dir, LOSS_WARNINGS)) as f:
-            losses = json.load(f).get("losses", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return {k: v for k, v in losses.items() if isinstance(v, dict)} \
-        if isinstance(losses, dict) else {}
-
-
 class Trainer:
     """Runs one `TrainConfig` for one agent; `run()` trains to `max_steps`."""
 
@@ -453,8 +171,9 @@ class Trainer:
         self.agent, self.cfg = agent, cfg
         seeds = cfg.seeds
         # Checked with one env of the task before the run's envs (two per seed) are built.
-        self.init_fn, self.init_keys = check_fits(
-            agent, cfg, make_env(cfg.env, cfg.seed, cfg.action_repeat))
+        probe = make_env(cfg.env, cfg.seed, cfg.action_repeat)
+        self.init_fn, self.init_keys = seed_init(agent, seeds, probe.obs_dim, probe.act_dim)
+        check_fits(self.init_fn, self.init_keys, cfg, probe)
         self.env = make_vector_env(cfg.env, seeds, cfg.action_repeat, cfg.env_backend)
         self.eval_env = make_vector_env(cfg.env, [s + cfg.eval_seed_offset for s in seeds],
                                         cfg.action_repeat, cfg.env_backend)
@@ -750,7 +469,7 @@ class Trainer:
         self.random_actions.bit_generator.state = meta["random_actions"]
         self.files.truncate_to(meta["offsets"])
         self.last_checkpoint = meta["env_step"]
-        self.loss_warnings = {name: first for name, first in _loss_warnings(self.cfg.run_dir)
+        self.loss_warnings = {name: first for name, first in read_loss_warnings(self.cfg.run_dir)
                               .items() if first.get("env_step", 0) <= meta["env_step"]}
         return Loop(
             env_step=meta["env_step"],
@@ -777,7 +496,7 @@ class Trainer:
             loop = self.restore(loop)
             print(f"resumed from the checkpoint at env step {loop.env_step}", file=sys.stderr)
             self.resumed_from = loop.env_step
-            record = self.with_earlier_versions(record, loop.env_step)
+            record = with_earlier_versions(self.cfg.run_dir, record, loop.env_step)
         elif self.checkpointer.discarded:  # its logs were emptied above
             steps = ", ".join(map(str, self.checkpointer.discarded))
             print(f"the checkpoint at env step {steps} of {self.cfg.run_dir} was half-written "
@@ -791,23 +510,6 @@ class Trainer:
         self.files.write_config(record)
         self.files.open_dashboards(record, loop.env_step)
         return loop
-
-    def with_earlier_versions(self, record: dict, env_step: int) -> dict:
-        """The config record of a resumed run, keeping (in `earlier_versions`) the library
-        versions and XLA options its earlier part ran with when they differ from today's."""
-        before = read_config(self.cfg.run_dir) or {}
-        earlier = list(before.get("earlier_versions", []))
-        then = before.get("versions")
-        was, new = _set(then or {}), _set(record["versions"])
-        changed = sorted(k for k in {*was, *new} if was.get(k) != new.get(k))
-        if then is not None and changed:
-            print("warning: resuming with other versions than the run's earlier part: " +
-                  ", ".join(f"{k} {was.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
-                            for k in changed) +
-                  f"; config.json keeps those up to env step {env_step} in earlier_versions",
-                  file=sys.stderr)
-            earlier.append({"until_env_step": env_step, "versions": then})
-        return {**record, "earlier_versions": earlier} if earlier else record
 
     def intervene_if_due(self, loop: Loop) -> None:
         """The intervention scheduled at this env step. It comes after the step's update, logs

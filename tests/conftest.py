@@ -27,7 +27,9 @@ if os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", SHARED_CACHE) == SHARED_CA
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-import launch  # noqa: E402,F401 (sets the XLA:CPU options of launch.xla_flags before JAX starts)
+from launch.xla_flags import apply_xla_flags  # noqa: E402
+
+apply_xla_flags()  # the XLA:CPU options training runs with, before JAX starts
 
 if os.environ["JAX_PLATFORMS"] != "cpu":
     # A GPU multiplies float32 in TF32 by default (about 1e-3 relative error); the tests compare

@@ -15,7 +15,7 @@ import pytest
 from agents import make_agent
 from agents.bro import BROConfig
 from agents.sac import SACConfig
-from launch import train
+from launch import resources, train
 from launch.config import (
     ConfigError,
     TrainConfig,
@@ -25,8 +25,9 @@ from launch.config import (
     seed_warning,
     unused_flags_warning,
 )
-from launch.run_files import config_record, lock_run_dir, write_json
-from launch.train import resume_state
+from launch.rundir.lock import lock_run_dir
+from launch.rundir.record import config_record, write_json
+from launch.rundir.resume import resume_state
 from tests.runs import FAST_SAC, REPO, run, script
 
 CASES = {
@@ -277,18 +278,18 @@ def test_the_state_size_check_counts_every_byte_and_refuses_only_past_the_memory
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(8, 8)))
     init_fn, keys = train.seed_init(agent, range(3), 5, 2)
     state = init_fn(keys)
-    assert train.device_memory_bytes(jax.devices("cpu")[0]) > 2**28  # the host's memory
+    assert resources.device_memory_bytes(jax.devices("cpu")[0]) > 2**28  # the host's memory
     need = sum(leaf.nbytes if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
                else jax.random.key_data(leaf).nbytes for leaf in jax.tree.leaves(state))
-    assert train.tree_nbytes(jax.eval_shape(init_fn, keys)) == need
-    monkeypatch.setattr(train, "device_memory_bytes", lambda device: need)
-    train.check_state_fits(init_fn, keys)
-    monkeypatch.setattr(train, "device_memory_bytes", lambda device: need - 1)
-    with pytest.raises(train.TooLargeForMemory, match=f"of 3 seed\\(s\\) takes {need:,} bytes, "
+    assert resources.tree_nbytes(jax.eval_shape(init_fn, keys)) == need
+    monkeypatch.setattr(resources, "device_memory_bytes", lambda device: need)
+    resources.check_state_fits(init_fn, keys)
+    monkeypatch.setattr(resources, "device_memory_bytes", lambda device: need - 1)
+    with pytest.raises(resources.TooLargeForMemory, match=f"of 3 seed\\(s\\) takes {need:,} bytes, "
                        f"more than the CPU's {need - 1:,} bytes$"):  # no GiB tells them apart
-        train.check_state_fits(init_fn, keys)
-    monkeypatch.setattr(train, "device_memory_bytes", lambda device: None)  # not known: no check
-    train.check_state_fits(init_fn, keys)
+        resources.check_state_fits(init_fn, keys)
+    monkeypatch.setattr(resources, "device_memory_bytes", lambda device: None)  # unknown: no check
+    resources.check_state_fits(init_fn, keys)
 
 
 def test_the_seeds_keys_are_each_seeds_own_key_from_one_call():
@@ -311,24 +312,24 @@ def test_the_memory_check_counts_buffer_envs_states_and_process_before_building_
     env = make_env(cfg.env, 0)
     physics = env.env.physics
     init_fn, keys = train.seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim)
-    states = train.tree_nbytes(jax.eval_shape(init_fn, keys))
+    states = resources.tree_nbytes(jax.eval_shape(init_fn, keys))
     slot = 5 * 4 + 1 * 4 + 4 + 1 + 1 + 4  # obs, action, reward, 2 flags, final ordinal
     need_envs = 2 * 3 * (physics.model.nbuffer + physics.data.nbuffer)
     need = 3 * 5000 * slot + need_envs + states + 2**28
-    monkeypatch.setattr(train, "process_memory_bytes", lambda: 2**28)
-    monkeypatch.setattr(train, "device_memory_bytes", lambda device: need)
-    train.check_fits(agent, cfg, env)
-    monkeypatch.setattr(train, "device_memory_bytes", lambda device: need - 1)
-    with pytest.raises(train.TooLargeForMemory, match=(
+    monkeypatch.setattr(resources, "process_memory_bytes", lambda: 2**28)
+    monkeypatch.setattr(resources, "device_memory_bytes", lambda device: need)
+    resources.check_fits(init_fn, keys, cfg, env)
+    monkeypatch.setattr(resources, "device_memory_bytes", lambda device: need - 1)
+    with pytest.raises(resources.TooLargeForMemory, match=(
             rf"the run needs about {need:,} bytes of host memory, more than the host's "
             rf"{need - 1:,} bytes: the replay buffer \(3 seed\(s\) x 5,000 transitions, the "
             rf"smaller of --buffer_capacity and --max_steps\) 1 MiB, 6 dm_control envs "
             rf"\(training and evaluation\) {round(need_envs / 2**20)} MiB, the agents' states "
             r"1 MiB, this process so far 256 MiB$")) as refused:
-        train.check_fits(agent, cfg, env)
+        resources.check_fits(init_fn, keys, cfg, env)
     assert refused.value.advice == "lower --num_seeds, --buffer_capacity or --max_steps"
-    monkeypatch.setattr(train, "device_memory_bytes", lambda device: None)  # not known
-    train.check_fits(agent, cfg, env)
+    monkeypatch.setattr(resources, "device_memory_bytes", lambda device: None)  # not known
+    resources.check_fits(init_fn, keys, cfg, env)
 
 
 def test_a_run_too_large_for_the_hosts_memory_is_refused_before_its_envs_are_built(tmp_path):
@@ -448,8 +449,8 @@ def test_a_cgroup_memory_limit_of_the_process_or_an_ancestor_bounds_the_cpu_memo
         tmp_path, monkeypatch):
     """A container's or a SLURM job's limit (--mem): smaller than the machine's memory."""
     cpu = jax.devices("cpu")[0]
-    monkeypatch.setattr(train, "cgroup_memory_limit", lambda: 2**20)
-    assert train.device_memory_bytes(cpu) == 2**20
+    monkeypatch.setattr(resources, "cgroup_memory_limit", lambda: 2**20)
+    assert resources.device_memory_bytes(cpu) == 2**20
     monkeypatch.undo()
     def write(path, text):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -460,14 +461,14 @@ def test_a_cgroup_memory_limit_of_the_process_or_an_ancestor_bounds_the_cpu_memo
     write(v2 / "fs" / "memory.max", "max\n")
     write(v2 / "fs" / "job" / "memory.max", "4294967296\n")  # the job's, above its step
     write(v2 / "fs" / "job" / "step" / "memory.max", "max\n")
-    assert train.cgroup_memory_limit(str(v2 / "proc"), str(v2 / "fs")) == 2**32
+    assert resources.cgroup_memory_limit(str(v2 / "proc"), str(v2 / "fs")) == 2**32
     write(v1 / "proc", "5:cpu,cpuacct:/x\n4:memory:/slurm/job_7\n")
     write(v1 / "fs" / "memory" / "memory.limit_in_bytes", "9223372036854771712\n")
     write(v1 / "fs" / "memory" / "slurm" / "job_7" / "memory.limit_in_bytes", "1073741824\n")
-    assert train.cgroup_memory_limit(str(v1 / "proc"), str(v1 / "fs")) == 2**30
+    assert resources.cgroup_memory_limit(str(v1 / "proc"), str(v1 / "fs")) == 2**30
     write(v1 / "none", "4:memory:/gone\n")  # no readable limit: none known
-    assert train.cgroup_memory_limit(str(v1 / "none"), str(tmp_path / "nothing")) is None
-    assert train.cgroup_memory_limit(str(tmp_path / "no-proc-file")) is None
+    assert resources.cgroup_memory_limit(str(v1 / "none"), str(tmp_path / "nothing")) is None
+    assert resources.cgroup_memory_limit(str(tmp_path / "no-proc-file")) is None
 
 
 def test_array_sizes_past_int32_are_refused_with_the_setting_named():

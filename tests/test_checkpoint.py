@@ -18,7 +18,7 @@ from launch.checkpoint import (
     interrupts_deferred,
     keys_to_data,
 )
-from launch.run_files import CannotResume
+from launch.rundir.record import CannotResume
 from tests.trees import assert_bit_identical
 
 

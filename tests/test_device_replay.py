@@ -15,7 +15,7 @@ from scipy import stats
 
 from agents import make_agent
 from agents.sac import SACConfig
-from launch import train
+from launch import resources, train
 from launch.config import TrainConfig
 from launch.device_loop import DeviceReplayTrainer
 from replay import ReplayBuffer
@@ -214,7 +214,7 @@ def test_a_buffer_too_large_for_the_device_is_refused_naming_the_sizes(tmp_path,
     are 182.5 GiB for 2 seeds, more than this machine's memory: refused before compiling,
     in one line that gives both sizes and the flags that set them."""
     need = device_replay.replay_nbytes(2, 2_000_000_000, 5, 1)
-    have = train.device_memory_bytes(jax.devices()[0])
+    have = resources.device_memory_bytes(jax.devices()[0])
     assert need > have
     proc = run("run_sac.py", *FAST_SAC, "--replay_on_device", "--num_seeds=2",
                "--buffer_capacity=2000000000", f"--logdir={tmp_path}",

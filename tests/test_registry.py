@@ -17,9 +17,17 @@ from analysis.grouping import result_settings
 from interventions import Method, Settings, make_plan, registered, registry, setting
 from interventions.registry import parts_setting
 from launch.config import TrainConfig
-from launch.run_files import added_settings, with_added_settings
+from launch.rundir.record import added_settings, with_added_settings
 from tests.runs import FAST_SAC, REPO, read_csv
 from tests.toy_intervention import CLAMP, SCALE_BIAS, register_toys
+
+
+@pytest.fixture
+def toys(monkeypatch):
+    """The toy methods registered for one test, and the registry as it was after it (the
+    run scripts' TrainConfig has fields for the methods registered when it was built)."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    register_toys()
 
 
 def test_every_setting_of_every_method_is_a_train_config_field_at_its_default():
@@ -50,8 +58,7 @@ def test_combinations_that_cannot_work_are_refused_with_one_line(spec, message):
     assert "\n" not in str(error.value)
 
 
-def test_a_per_step_method_combines_with_an_event_in_either_spelling():
-    register_toys()
+def test_a_per_step_method_combines_with_an_event_in_either_spelling(toys):
     for spec in ("toy_clamp,clip", "toy_clamp+clip"):
         assert registry.canonical(spec) == "toy_clamp+clip"
         assert registry.event_of(spec).name == "clip"
@@ -110,8 +117,7 @@ def _batches(seed=0, utd=3, batch=8, obs=4, act=2):
     return Batch(*(np.asarray(rng.normal(size=s), np.float32) for s in shapes))
 
 
-def test_a_projection_runs_after_every_gradient_step_inside_the_update():
-    register_toys()
+def test_a_projection_runs_after_every_gradient_step_inside_the_update(toys):
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
     plan = make_plan("toy_clamp", {"toy_clamp_bound": 0.01}, agent)
     hooked = make_agent("sac", agent.config, plan.hooks)
@@ -130,7 +136,6 @@ def test_a_projection_runs_after_every_gradient_step_inside_the_update():
 def test_a_plugin_registered_from_outside_runs_end_to_end(tmp_path):
     """A user's plugin: two methods registered before the run script starts are flags,
     config.json keys, interventions.csv rows and per-step hooks like the built-in ones."""
-    register_toys()
     args = [*FAST_SAC, f"--logdir={tmp_path}", "--max_steps=600", "--start_steps=200",
             "--eval_every=300", "--intervention=toy_scale_bias,toy_clamp",
             "--intervention_every=400", "--toy_scale_bias_factor=0.25", "--toy_clamp_bound=0.2"]

@@ -565,7 +565,7 @@ def test_a_run_that_diverged_before_any_checkpoint_is_trained_again_only_when_as
 
 
 def test_a_finished_run_whose_done_json_is_unreadable_is_checked_not_trusted(tmp_path):
-    from launch.run_files import is_finished
+    from launch.rundir.files import is_finished
 
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}", "--max_steps=375"]
     run("run_sac.py", *args)

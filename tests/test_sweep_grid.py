@@ -273,7 +273,7 @@ def test_extra_flags_with_separate_values_are_not_taken_for_repeated_flags(tmp_p
 def test_status_names_jobs_a_cut_short_launch_listed_but_never_recorded(tmp_path):
     """A launcher killed while it wrote its records leaves jobs only its launch file names:
     --status without the grid says so, rather than showing the recorded ones as all."""
-    from launch.run_files import write_json
+    from launch.rundir.record import write_json
     from launch.sweep_lib.state import SweepPaths, update_record
 
     paths = SweepPaths(str(tmp_path))

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from launch import ctrl_c
-from launch.run_files import write_json
+from launch.rundir.record import write_json
 from launch.sweep_lib import submit
 from launch.sweep_lib.grid import JobSpec, SweepError
 from launch.sweep_lib.job import last_line

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from launch.run_files import write_json
+from launch.rundir.record import write_json
 from launch.sweep_lib.grid import SweepError
 
 SWEEP_DIR = ".sweep"

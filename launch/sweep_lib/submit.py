@@ -20,14 +20,11 @@ import submitit
 
 from envs import make_env
 from launch import ctrl_c
-from launch.config import AGENT_DEFAULTS, DASHBOARD_FIELDS
+from launch.config import AGENT_DEFAULTS
 from launch.memory import buffer_nbytes, env_nbytes, host_memory_bytes, sized
-from launch.run_files import (
-    EXIT_IN_USE,
-    is_finished,
-    with_added_settings,
-    with_resolved_settings,
-)
+from launch.rundir.files import is_finished
+from launch.rundir.lock import EXIT_IN_USE
+from launch.rundir.record import WATCH_SETTINGS, with_added_settings, with_resolved_settings
 from launch.sweep_lib.grid import JobSpec, SweepError, job_flags
 from launch.sweep_lib.job import LocalWorker, RunJob
 from launch.sweep_lib.state import (
@@ -347,7 +344,7 @@ def same_setting(there: object, now: object) -> bool:
 
 _MISSING = object()
 # Extra flags that change nothing a finished run computed.
-HARMLESS_EXTRA = ("progress", "resume", "keep_final_buffer", *DASHBOARD_FIELDS)
+HARMLESS_EXTRA = ("progress", "resume", "keep_final_buffer", *WATCH_SETTINGS)
 
 
 def recorded_setting(config: Mapping, name: str) -> object:

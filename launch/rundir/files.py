@@ -1,25 +1,16 @@
-"""What a run writes: config.json, CSV logs, per-seed `<seed>.txt`, done.json or diverged.json.
+"""What a run writes as it trains: CSV logs, per-seed `<seed>.txt`, done.json or diverged.json.
 
 Files are opened in append mode and flushed after each write, so a run that stops leaves
 every row it logged on disk; `offsets()` / `truncate_to()` let a resumed run cut the files
 back to the moment of its checkpoint, so rows are neither duplicated nor lost.
 """
 
-import contextlib
-import copy
 import csv
-import dataclasses
-import fcntl
-import importlib.metadata
 import json
-import math
 import os
-import platform
-import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 
-from interventions.registry import all_settings
+from launch.rundir.record import CannotResume, write_json
 
 CSV_HEADERS = {
     "eval.csv": ("env_step", "seed", "return", "wall_time"),
@@ -27,112 +18,10 @@ CSV_HEADERS = {
     "diagnostics.csv": ("env_step", "seed", "network", "layer", "metric", "value"),
     "interventions.csv": ("env_step", "seed", "kind", "network", "layer", "metric", "value"),
 }
+
 DIVERGED = "diverged.json"
+
 LOSS_WARNINGS = "loss_warnings.json"  # losses past launch.train.LOSS_LIMIT, first crossings
-PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "dm_control", "orbax-checkpoint", "numpy")
-
-
-class CannotResume(RuntimeError):
-    """A run directory whose checkpoint or logs cannot be continued; the message says why."""
-
-
-class RunDirInUse(RuntimeError):
-    """Another process holds the run directory's lock (it trains that run now)."""
-
-
-EXIT_IN_USE = 75  # a run script's exit code for RunDirInUse (EX_TEMPFAIL: try again later)
-EXIT_STOPPED = 143  # a run script's exit code after a SIGTERM (128 + 15): it checkpointed
-
-
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    out["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
-    return out
-
-
-def config_record(train_config, agent_config) -> dict:
-    """The JSON-able record of a run's settings, as written to config.json."""
-    record = dataclasses.asdict(train_config)
-    record["run_name"] = train_config.name
-    record["agent_config"] = dataclasses.asdict(agent_config)
-    record["versions"] = versions()
-    return record
-
-
-# Settings added after runs were recorded without them, with the value those runs had
-# ("a.b" is key b of the record's object a). The interventions' settings are added by
-# `added_settings` from the registry: a run recorded before a method existed ran without it.
-ADDED_SETTINGS = {"dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
-                  "diagnostics_batch_size": 0, "eval_seed_offset": 42,
-                  "agent_config.init_scale": math.sqrt(2.0), "intervention_unit": "env_steps",
-                  "agent_config.flax_layers": False, "env_backend": "dm_control",
-                  "replay_on_device": False}
-
-
-def added_settings() -> dict:
-    """ADDED_SETTINGS and every registered intervention's setting at its default (as JSON)."""
-    methods = {flag: list(field.default) if isinstance(field.default, tuple) else field.default
-               for flag, (_, field, _) in all_settings().items()}
-    return {**methods, **ADDED_SETTINGS}
-
-
-def with_added_settings(record: dict) -> dict:
-    """A config.json record with each setting of `added_settings()` it lacks at the value it
-    ran with (resume compares runs this way, and aggregation groups them)."""
-    record = copy.deepcopy(record)
-    for key, value in added_settings().items():
-        *parents, name = key.split(".")
-        node = record
-        for parent in parents:
-            node = node.get(parent)
-            if not isinstance(node, dict):
-                break
-        else:
-            node.setdefault(name, value)
-    return record
-
-
-def flat_settings(record: dict, prefix: str = "") -> dict:
-    """A config record's settings by dotted name: {"agent_config.hidden_dims": [...], ...}."""
-    out = {}
-    for key, value in record.items():
-        if isinstance(value, dict):
-            out.update(flat_settings(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def with_resolved_settings(record: dict) -> dict:
-    """A config.json record with --diagnostics_batch_size=0 spelled as the --batch_size it
-    stands for, so that a run resumes (and a sweep relaunches it) given either."""
-    if record.get("diagnostics_batch_size") == 0 and "batch_size" in record:
-        return {**record, "diagnostics_batch_size": record["batch_size"]}
-    return record
-
-
-def read_config(run_dir: str) -> dict | None:
-    """The config.json of a run directory, or None when there is none; CannotResume when it
-    is not a JSON object."""
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path) as f:
-            record = json.load(f)
-    except (OSError, ValueError) as e:  # JSON and Unicode errors are ValueErrors
-        raise CannotResume(f"{path} cannot be read ({type(e).__name__}: {e}); move the run "
-                           "directory away or use another --run_name") from None
-    if not isinstance(record, dict):
-        raise CannotResume(f"{path} holds no JSON object; move the run directory away or use "
-                           "another --run_name")
-    return record
-
 
 def done_problem(path: str) -> str | None:
     """Why a done.json cannot be read as the JSON object a finished run writes, or None."""
@@ -143,87 +32,20 @@ def done_problem(path: str) -> str | None:
         return f"{type(e).__name__}: {e}"
     return None if isinstance(record, dict) else "it holds no JSON object"
 
-
 def is_finished(run_dir: str) -> bool:
     """Whether the run directory holds a done.json that reads as a finished run's."""
     path = os.path.join(run_dir, "done.json")
     return os.path.exists(path) and done_problem(path) is None
 
-
-def _umask() -> int:
-    """The process's umask (read by setting it, so read once, at import, before any thread of
-    this process writes files)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()
-
-
-def write_json(path: str, record: dict, **dump_args) -> None:
-    """Write `record` to `path` (json.dump's `dump_args`) atomically: a reader, a crash or a
-    concurrent writer sees the old file or the new one, never part of one. The file gets the
-    permissions `open` would give it (mkstemp's are owner-only)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+def read_loss_warnings(run_dir: str) -> dict:
+    """The losses LOSS_WARNINGS records ({} where there is none or it cannot be read)."""
     try:
-        with os.fdopen(fd, "w") as f:
-            with contextlib.suppress(OSError):  # a filesystem without modes keeps its own
-                os.fchmod(f.fileno(), 0o666 & ~_UMASK)
-            json.dump(record, f, **dump_args)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-
-
-def _in_use(run_dir: str, handle) -> RunDirInUse:
-    handle.seek(0)
-    holder = handle.read().strip() or "another process"
-    handle.close()
-    path = os.path.join(run_dir, ".lock")
-    return RunDirInUse(f"{run_dir} is being trained by {holder}; wait for it to end or stop it "
-                       "first (if that process is gone, as with a node that crashed, delete "
-                       f"{path})")
-
-
-def check_not_in_use(run_dir: str) -> None:
-    """RunDirInUse when another process holds the run directory's lock; writes nothing."""
-    try:
-        handle = open(os.path.join(run_dir, ".lock"))  # noqa: SIM115 - closed below
-    except OSError:  # no lock file: nothing trains there
-        return
-    try:
-        fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise _in_use(run_dir, handle) from None
-    except OSError:  # a filesystem without locks: a launch would warn and train
-        pass
-    handle.close()
-
-
-def lock_run_dir(run_dir: str):
-    """An exclusive lock on the run directory (its `.lock` file) for as long as the returned
-    file stays open (the process's life); RunDirInUse naming the holder when another process
-    has it, as when the same run is launched twice. A filesystem without locks warns."""
-    path = os.path.join(run_dir, ".lock")
-    handle = open(path, "a+")  # noqa: SIM115 - held open on purpose
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise _in_use(run_dir, handle) from None
-    except OSError as e:  # a filesystem without locks (some Lustre and NFS mounts)
-        print(f"warning: cannot lock {path} ({e.strerror}); a second launch of this run "
-              "would not be refused", file=sys.stderr)
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()} on {platform.node()}\n")
-    handle.flush()
-    return handle
+        with open(os.path.join(run_dir, LOSS_WARNINGS)) as f:
+            losses = json.load(f).get("losses", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {k: v for k, v in losses.items() if isinstance(v, dict)} \
+        if isinstance(losses, dict) else {}
 
 
 class RunFiles:
