@@ -55,7 +55,7 @@ def _sac(config: "sac.SACConfig", hooks=None) -> Agent:
         networks=networks,
         param_parts=tuple(networks.values()),
         train_parts=("actor.params", "critic.params"),
-        reset_parts=("actor", "critic", "target_critic_params", "temp"),
+        reset_parts=("actor", "critic", "target_critic_params", "temp", "plasticity"),
         reset_to="fresh",
         **_bind(sac, config, hooks),
     )
@@ -81,6 +81,7 @@ def _bro(config: "bro.BROConfig", hooks=None) -> Agent:
             "temp",
             "optimism",
             "kl_weight",
+            "plasticity",
         ),
         reset_to="initial",
         **_bind(bro, config, hooks),

@@ -208,6 +208,6 @@ def make_learner(config: LearnerConfig, hooks: Any = None) -> Learner:
         networks={"net": "net.params"},
         param_parts=("net.params",),
         train_parts=("net.params",),
-        reset_parts=("net", "batch_stats") if config.batch_norm else ("net",),
+        reset_parts=(("net", "batch_stats") if config.batch_norm else ("net",)) + ("plasticity",),
         reset_to="fresh",
     )

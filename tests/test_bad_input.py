@@ -258,8 +258,8 @@ def test_networks_too_large_for_memory_are_refused_before_anything_compiles(tmp_
 def test_an_allocation_that_fails_while_training_is_one_line_naming_what_sets_its_size(tmp_path):
     """XLA's failed allocation (JaxRuntimeError) where the device's memory is not known, so the
     state's size is not checked first."""
-    code = ("import runpy, sys, launch.train as t\n"
-            "t.device_memory_bytes = lambda device: None\n"
+    code = ("import runpy, sys, launch.resources as r\n"
+            "r.device_memory_bytes = lambda device: None\n"
             "sys.argv = sys.argv[1:]\n"
             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
     proc = subprocess.run([sys.executable, "-c", code, script("run_sac.py"), *FAST_SAC,
@@ -323,7 +323,7 @@ def test_the_memory_check_counts_buffer_envs_states_and_process_before_building_
     with pytest.raises(resources.TooLargeForMemory, match=(
             rf"the run needs about {need:,} bytes of host memory, more than the host's "
             rf"{need - 1:,} bytes: the replay buffer \(3 seed\(s\) x 5,000 transitions, the "
-            rf"smaller of --buffer_capacity and --max_steps\) 1 MiB, 6 dm_control envs "
+            rf"smaller of --buffer_capacity and --max_steps\) 1 MiB, 6 envs "
             rf"\(training and evaluation\) {round(need_envs / 2**20)} MiB, the agents' states "
             r"1 MiB, this process so far 256 MiB$")) as refused:
         resources.check_fits(init_fn, keys, cfg, env)
@@ -334,8 +334,8 @@ def test_the_memory_check_counts_buffer_envs_states_and_process_before_building_
 
 def test_a_run_too_large_for_the_hosts_memory_is_refused_before_its_envs_are_built(tmp_path):
     """1,000 seeds' envs alone are more than 2 GiB, the memory this run is given."""
-    code = ("import runpy, sys, launch.train as t\n"
-            "t.device_memory_bytes = lambda device: 2**31\n"
+    code = ("import runpy, sys, launch.resources as r, launch.train as t\n"
+            "r.device_memory_bytes = lambda device: 2**31\n"
             "t.make_vector_env = None  # building the envs would fail\n"
             "sys.argv = sys.argv[1:]\n"
             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
@@ -346,7 +346,7 @@ def test_a_run_too_large_for_the_hosts_memory_is_refused_before_its_envs_are_bui
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"error: out of memory: the run needs about [\d.,]+ GiB of host memory, "
-                        r"more than the host's 2.0 GiB: .*2,000 dm_control envs .*; lower "
+                        r"more than the host's 2.0 GiB: .*2,000 envs .*; lower "
                         r"--num_seeds, --buffer_capacity or --max_steps; no checkpoint was "
                         r"written", last), last
 
@@ -521,7 +521,7 @@ def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
     assert proc.stderr.startswith("warning: --intervention=reset at env steps 300 never happens")
     # BRO's reset steps by default: the first, 15001, is named when the run ends before it.
     bro = ("from absl import flags; import launch.run_bro as r; "
-           "from launch.config import config_from_flags; "
+           "from launch.cli import config_from_flags; "
            "flags.FLAGS(['run_bro.py', '--max_steps=100', '--start_steps=50']); "
            "print(r.bro_schedule_warning(r.adjust(config_from_flags('bro'))))")
     proc = subprocess.run([sys.executable, "-c", bro], capture_output=True, text=True, cwd=REPO,

@@ -236,6 +236,8 @@ def test_reset_restores_every_part_bit_identically(init, update):
             assert name not in agent.reset_parts
             continue
         assert name in agent.reset_parts and all(same), name
+        if not jax.tree.leaves(before):  # plasticity, empty without per-step interventions
+            continue
         moved = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)),
                                              before, getattr(trained, name)))
         assert not all(moved), f"{name} did not train, so the reset test cannot see it"
@@ -410,7 +412,7 @@ def test_run_bro_none_never_intervenes(runs):
 ADJUST = """
 from absl import flags
 import launch.run_bro as r
-from launch.config import config_from_flags
+from launch.cli import config_from_flags
 for argv in {cases!r}:
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["run_bro.py", *argv])

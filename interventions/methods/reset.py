@@ -3,9 +3,6 @@
 
 import dataclasses
 
-import jax
-
-from interventions.plan import PLASTICITY
 from interventions.registry import EventContext, Method, Settings, parts_setting
 from interventions.reset import initial_reset
 
@@ -16,11 +13,8 @@ class ResetConfig(Settings):
 
 
 def apply(state, parts, cfg: ResetConfig, ctx: EventContext):
-    """The parts (and the per-step methods' state, which belongs to the weights) from
-    `ctx.reinit`; every other part is kept bit for bit."""
-    has_plasticity = bool(jax.tree.leaves(getattr(state, PLASTICITY, {})))
-    if has_plasticity and PLASTICITY not in parts:
-        parts = (*parts, PLASTICITY)
+    """The parts from `ctx.reinit`; every other part is kept bit for bit. The learners' default
+    parts include `plasticity`, the per-step methods' state, which belongs to the weights."""
     return initial_reset(state, ctx.reinit, parts)
 
 
