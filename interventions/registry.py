@@ -134,6 +134,9 @@ class Method:
     data_shape: Callable | None = None  # cfg -> (batches, batch_size) of ctx.data
     every: tuple[int, str] | None = None  # own default period; None: the learner's resets'
     params_only: bool = True  # parts must hold parameters, not optimizer states
+    # (state, parts, cfg, learner) -> None: ValueError (one line) for parts it cannot act on;
+    # state may be abstract (shapes only), learner may be None
+    validate: Callable | None = None
     # projection and loss
     init: Callable | None = None  # (params, cfg) -> aux
     project: Callable | None = None  # (params, aux, cfg) -> params
