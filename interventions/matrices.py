@@ -21,7 +21,7 @@ CONV_PREFIX = "Conv"
 COLLECTION_KEY = "params"
 
 
-def key_name(key: Any) -> str:
+def _key_name(key: Any) -> str:
     """The readable name of one pytree path entry (dict key, attribute, or sequence index)."""
     for attr in ("key", "name", "idx"):
         if hasattr(key, attr):
@@ -31,18 +31,18 @@ def key_name(key: Any) -> str:
 
 def is_weight_matrix(path: Sequence[Any], leaf: Any) -> bool:
     """True for a leaf named "kernel" with at least two axes."""
-    return bool(path) and key_name(path[-1]) == KERNEL_KEY and np.ndim(leaf) >= 2
+    return bool(path) and _key_name(path[-1]) == KERNEL_KEY and np.ndim(leaf) >= 2
 
 
 def is_conv_kernel(path: Sequence[Any]) -> bool:
     """True when the kernel's own module is named "Conv..." (Conv_0, ConvTranspose_1, ...); a
     Dense inside a module named so (ConvEncoder_0/Dense_0) is a Dense."""
-    return len(path) >= 2 and key_name(path[-2]).startswith(CONV_PREFIX)
+    return len(path) >= 2 and _key_name(path[-2]).startswith(CONV_PREFIX)
 
 
 def layer_name(path: Sequence[Any]) -> str:
     """The "/"-joined path of the kernel's module, without Flax's "params" collection level."""
-    names = [key_name(key) for key in path[:-1] if key_name(key) != COLLECTION_KEY]
+    names = [_key_name(key) for key in path[:-1] if _key_name(key) != COLLECTION_KEY]
     return "/".join(names) or KERNEL_KEY
 
 

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from interventions.diagnostics import RESIDUAL
-from interventions.matrices import KERNEL_KEY, key_name
+from interventions.matrices import KERNEL_KEY, _key_name
 
 PyTree = Any
 NORM_OF = {"Conv": "BatchNorm", "Dense": "LayerNorm"}  # the normalisation each kind pairs with
@@ -136,7 +136,7 @@ def _scope(tree: Mapping, scope: str, own: dict, residual: set) -> list[Layer]:
 
 
 def _path(key_path) -> str:
-    return "/".join(key_name(k) for k in key_path)
+    return "/".join(_key_name(k) for k in key_path)
 
 
 def leaves_by_path(params: PyTree) -> dict[str, jax.Array]:
