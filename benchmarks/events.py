@@ -3,17 +3,21 @@ two critics) with humanoid-sized inputs (obs 67, act 21), as the training loop c
 
     python benchmarks/events.py                  # 1 seed
     python benchmarks/events.py --seeds 1 4      # 1 and 4 seeds vmapped
-    python benchmarks/events.py --events redo dash
+    python benchmarks/events.py --events redo dash --rounds 5
 
 Each event is built by launch.events.build_intervention, as a run builds it, and called with
-seed-batched states; a call includes what the event needs (a fresh init, replay minibatches
-already on the device) and the per-layer report written to interventions.csv. Prints the first
-call (compile included), the median of the calls after it, and the report's own share.
+seed-batched states. A call is what a run pays at a scheduled step: what the event needs (a
+fresh init; replay minibatches, here already on the device, so the replay's gather is not in
+it), the event, and the per-layer report written to interventions.csv, whose own time is a
+column of its own. The yardstick is one SAC UTD-1 update of the same states (batch 256). All
+are timed in interleaved rounds, so a machine's load changes them alike; the table gives each
+one's median over the rounds, after a first call that compiles.
 """
 
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -29,20 +33,15 @@ from launch.events import build_intervention, intervention_plan, with_hooks
 OBS_DIM, ACT_DIM = 67, 21  # humanoid
 
 
-def replay_data(seeds: int):
-    """`data_fn(env_step, batches, batch_size)`: random transitions (seeds, batches, batch,
-    ...) already on the device, so the time is the event's, not the replay's gather."""
-    def data_fn(env_step, batches, batch_size):
-        rng = np.random.default_rng(env_step)
-        lead = (seeds, batches, batch_size)
-        shapes = [(OBS_DIM,), (ACT_DIM,), (), (OBS_DIM,), ()]
-        return Batch(*(jnp.asarray(rng.normal(size=(*lead, *s)), jnp.float32) for s in shapes))
-
-    return data_fn
+def transitions(lead: tuple[int, ...], seed: int) -> Batch:
+    """Random transitions with leading axes `lead`, on the device."""
+    rng = np.random.default_rng(seed)
+    shapes = [(OBS_DIM,), (ACT_DIM,), (), (OBS_DIM,), ()]
+    return Batch(*(jnp.asarray(rng.normal(size=(*lead, *s)), jnp.float32) for s in shapes))
 
 
-def time_event(name: str, seeds: int, calls: int) -> tuple[float, float, float]:
-    """(first call s, median call s, median report s) of event `name` with `seeds` seeds."""
+def event_call(name: str, seeds: int) -> Callable[[int], None]:
+    """`call(env_step)`: event `name` on `seeds` seeds' states, waited on."""
     agent = make_agent("sac")
     cfg = TrainConfig(agent="sac", intervention=name, num_seeds=seeds, intervention_every=1000)
     plan = intervention_plan(agent, cfg)
@@ -50,29 +49,22 @@ def time_event(name: str, seeds: int, calls: int) -> tuple[float, float, float]:
     init_fn = jax.jit(jax.vmap(lambda key: agent.init(key, OBS_DIM, ACT_DIM)))
     keys = jnp.stack([jax.random.key(s) for s in range(seeds)])
     states = init_fn(keys)
-    event = build_intervention(agent, cfg, plan, init_fn, keys, replay_data(seeds))
+    data = lambda step, n, size: transitions((seeds, n, size), step)
+    event = build_intervention(agent, cfg, plan, init_fn, keys, data)
+    return lambda step: jax.block_until_ready(event.apply(states, step)[0])
 
-    def call(step):
-        new, _ = event.apply(states, step)
-        jax.block_until_ready(new)
 
-    start = time.perf_counter()
-    call(1000)
-    first = time.perf_counter() - start
-    times = []
-    for i in range(calls):
-        start = time.perf_counter()
-        call(2000 + 1000 * i)
-        times.append(time.perf_counter() - start)
-    report = jax.jit(lambda a, b: {net: clip_event_report(a[net], b[net]) for net in a})
+def yardsticks(seeds: int) -> dict[str, Callable[[int], None]]:
+    """The per-layer report alone, and one SAC UTD-1 update, on `seeds` seeds."""
+    agent = make_agent("sac")
+    states = jax.jit(jax.vmap(lambda key: agent.init(key, OBS_DIM, ACT_DIM)))(
+        jnp.stack([jax.random.key(s) for s in range(seeds)]))
     weights = agent.weights(states)
-    jax.block_until_ready(report(weights, weights))
-    report_times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        jax.block_until_ready(report(weights, weights))
-        report_times.append(time.perf_counter() - start)
-    return first, statistics.median(times), statistics.median(report_times)
+    report = jax.jit(lambda a, b: {net: clip_event_report(a[net], b[net]) for net in a})
+    update = jax.jit(jax.vmap(agent.update))
+    batch = transitions((seeds, 1, 256), 0)
+    return {"(report)": lambda _: jax.block_until_ready(report(weights, weights)),
+            "(update)": lambda _: jax.block_until_ready(update(states, batch))}
 
 
 def main() -> None:
@@ -80,17 +72,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--events", nargs="+", default=events, choices=events)
-    parser.add_argument("--calls", type=int, default=7, help="timed calls after the first")
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds after the first")
     args = parser.parse_args()
     print(f"SAC default networks, obs {OBS_DIM}, act {ACT_DIM}; {jax.devices()[0].platform}; "
           f"XLA_FLAGS {xla_flags()}")
-    print(f"{'event':<12} {'seeds':>5} {'first call s':>13} {'per call ms':>12} "
-          f"{'report ms':>10}")
     for seeds in args.seeds:
-        for name in args.events:
-            first, per_call, report = time_event(name, seeds, args.calls)
-            print(f"{name:<12} {seeds:>5} {first:>13.1f} {1e3 * per_call:>12.1f} "
-                  f"{1e3 * report:>10.1f}", flush=True)
+        calls = {name: event_call(name, seeds) for name in args.events} | yardsticks(seeds)
+        first = {}
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call(1000)
+            first[name] = time.perf_counter() - start
+        times = {name: [] for name in calls}
+        for i in range(args.rounds):
+            for name, call in calls.items():
+                start = time.perf_counter()
+                call(2000 + 1000 * i)
+                times[name].append(time.perf_counter() - start)
+        update = statistics.median(times["(update)"])
+        print(f"\n{seeds} seed(s), medians of {args.rounds} rounds")
+        print(f"{'call':<12} {'first s':>8} {'ms':>9} {'x update':>9}")
+        for name in calls:
+            ms = statistics.median(times[name])
+            print(f"{name:<12} {first[name]:>8.1f} {1e3 * ms:>9.1f} {ms / update:>9.1f}",
+                  flush=True)
 
 
 if __name__ == "__main__":
