@@ -1,17 +1,18 @@
 """Time per call of each scheduled intervention (event) on SAC's default networks (256-256,
-two critics) with humanoid-sized inputs (obs 67, act 21), as the training loop calls it.
+two critics) with humanoid-sized inputs (obs 67, act 21).
 
     python benchmarks/events.py                  # 1 seed
     python benchmarks/events.py --seeds 1 4      # 1 and 4 seeds vmapped
     python benchmarks/events.py --events redo dash --rounds 5
 
-Each event is built by launch.events.build_intervention, as a run builds it, and called with
-seed-batched states. A call is what a run pays at a scheduled step: what the event needs (a
-fresh init; replay minibatches, here already on the device, so the replay's gather is not in
-it), the event, and the per-layer report written to interventions.csv, whose own time is a
-column of its own. The yardstick is one SAC UTD-1 update of the same states (batch 256). All
-are timed in interleaved rounds, so a machine's load changes them alike; the table gives each
-one's median over the rounds, after a first call that compiles.
+Three times per event, each on seed-batched states: "event", the method itself (jitted and
+vmapped over seeds, with what it needs ready: a fresh or the initial state, replay minibatches
+on the device); "needs", the fresh init a run computes for it (SAC resets to fresh weights);
+"loop", what a run pays at a scheduled step, built by launch.events.build_intervention: the
+needs, the event and the per-layer report written to interventions.csv (its singular values;
+the replay's gather of the minibatches is not in it). The yardsticks are the report alone and
+one SAC UTD-1 update (batch 256). All calls are timed in interleaved rounds after a first
+call that compiles; the table gives the best and the median round, in ms.
 """
 
 import argparse
@@ -26,7 +27,7 @@ from bench_utils import xla_flags  # sets the XLA:CPU options training runs with
 
 from agents import make_agent
 from agents.common import Batch
-from interventions import clip_event_report, registered
+from interventions import EventContext, clip_event_report, registered
 from launch.config import TrainConfig
 from launch.events import build_intervention, intervention_plan, with_hooks
 
@@ -40,8 +41,9 @@ def transitions(lead: tuple[int, ...], seed: int) -> Batch:
     return Batch(*(jnp.asarray(rng.normal(size=(*lead, *s)), jnp.float32) for s in shapes))
 
 
-def event_call(name: str, seeds: int) -> Callable[[int], None]:
-    """`call(env_step)`: event `name` on `seeds` seeds' states, waited on."""
+def event_calls(name: str, seeds: int) -> dict[str, Callable[[int], object]]:
+    """`call(env_step)` for event `name` on `seeds` seeds' states: the event alone, the fresh
+    init it needs (if any) and the training loop's whole call."""
     agent = make_agent("sac")
     cfg = TrainConfig(agent="sac", intervention=name, num_seeds=seeds, intervention_every=1000)
     plan = intervention_plan(agent, cfg)
@@ -49,12 +51,30 @@ def event_call(name: str, seeds: int) -> Callable[[int], None]:
     init_fn = jax.jit(jax.vmap(lambda key: agent.init(key, OBS_DIM, ACT_DIM)))
     keys = jnp.stack([jax.random.key(s) for s in range(seeds)])
     states = init_fn(keys)
+    method = plan.event.method
+    fresh_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, 1)
+    needs_fresh = "fresh" in method.needs or ("reinit" in method.needs
+                                              and agent.reset_to == "fresh")
+    ctx = EventContext(
+        key=fresh_keys if "key" in method.needs else None,
+        initial=states if "initial" in method.needs or "reinit" in method.needs else None,
+        fresh=init_fn(fresh_keys) if needs_fresh else None,
+        data=transitions((seeds, *method.data_shape(plan.event.config)), 0)
+        if "data" in method.needs else None)
+    if "reinit" in method.needs:
+        ctx = ctx._replace(reinit=ctx.fresh if agent.reset_to == "fresh" else ctx.initial)
+    alone = jax.jit(jax.vmap(lambda state, ctx: plan.apply_event(state, ctx._replace(
+        learner=agent))))
     data = lambda step, n, size: transitions((seeds, n, size), step)
-    event = build_intervention(agent, cfg, plan, init_fn, keys, data)
-    return lambda step: jax.block_until_ready(event.apply(states, step)[0])
+    loop = build_intervention(agent, cfg, plan, init_fn, keys, data)
+    calls = {"event": lambda _: alone(states, ctx),
+             "loop": lambda step: loop.apply(states, step)[0]}
+    if needs_fresh:
+        calls["needs"] = lambda _: init_fn(fresh_keys)
+    return calls
 
 
-def yardsticks(seeds: int) -> dict[str, Callable[[int], None]]:
+def yardsticks(seeds: int) -> dict[str, Callable[[int], object]]:
     """The per-layer report alone, and one SAC UTD-1 update, on `seeds` seeds."""
     agent = make_agent("sac")
     states = jax.jit(jax.vmap(lambda key: agent.init(key, OBS_DIM, ACT_DIM)))(
@@ -63,8 +83,7 @@ def yardsticks(seeds: int) -> dict[str, Callable[[int], None]]:
     report = jax.jit(lambda a, b: {net: clip_event_report(a[net], b[net]) for net in a})
     update = jax.jit(jax.vmap(agent.update))
     batch = transitions((seeds, 1, 256), 0)
-    return {"(report)": lambda _: jax.block_until_ready(report(weights, weights)),
-            "(update)": lambda _: jax.block_until_ready(update(states, batch))}
+    return {"report": lambda _: report(weights, weights), "update": lambda _: update(states, batch)}
 
 
 def main() -> None:
@@ -77,25 +96,27 @@ def main() -> None:
     print(f"SAC default networks, obs {OBS_DIM}, act {ACT_DIM}; {jax.devices()[0].platform}; "
           f"XLA_FLAGS {xla_flags()}")
     for seeds in args.seeds:
-        calls = {name: event_call(name, seeds) for name in args.events} | yardsticks(seeds)
-        first = {}
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call(1000)
-            first[name] = time.perf_counter() - start
-        times = {name: [] for name in calls}
-        for i in range(args.rounds):
-            for name, call in calls.items():
+        calls = {(name, part): call for name in args.events
+                 for part, call in event_calls(name, seeds).items()}
+        calls |= {("(yardstick)", part): call for part, call in yardsticks(seeds).items()}
+        times = {key: [] for key in calls}
+        for i in range(args.rounds + 1):
+            for key, call in calls.items():
                 start = time.perf_counter()
-                call(2000 + 1000 * i)
-                times[name].append(time.perf_counter() - start)
-        update = statistics.median(times["(update)"])
-        print(f"\n{seeds} seed(s), medians of {args.rounds} rounds")
-        print(f"{'call':<12} {'first s':>8} {'ms':>9} {'x update':>9}")
-        for name in calls:
-            ms = statistics.median(times[name])
-            print(f"{name:<12} {first[name]:>8.1f} {1e3 * ms:>9.1f} {ms / update:>9.1f}",
-                  flush=True)
+                jax.block_until_ready(call(1000 * (i + 1)))
+                if i:  # the first round compiles
+                    times[key].append(time.perf_counter() - start)
+        print(f"\n{seeds} seed(s), {args.rounds} rounds: best / median ms")
+        print(f"{'':<12} {'event':>17} {'needs':>17} {'loop':>17}")
+        rows = dict.fromkeys(name for name, _ in calls if name != "(yardstick)")
+        for name in rows:
+            cells = [f"{1e3 * min(t):8.1f} {1e3 * statistics.median(t):8.1f}"
+                     if (t := times.get((name, part))) else f"{'':>17}"
+                     for part in ("event", "needs", "loop")]
+            print(f"{name:<12} " + " ".join(cells), flush=True)
+        for part in ("report", "update"):
+            t = times[("(yardstick)", part)]
+            print(f"{part:<12} {1e3 * min(t):8.1f} {1e3 * statistics.median(t):8.1f}")
 
 
 if __name__ == "__main__":
