@@ -5,6 +5,9 @@ An entry has a name, a frozen config dataclass (its settings: defaults, validati
 
 - "event": `apply(state, parts, cfg, ctx) -> state` at scheduled steps, on one seed's learner
   state (the caller vmaps it over seeds); `ctx` (an `EventContext`) holds what `needs` asks for.
+
+Any method may give `validate(state, parts, cfg, learner)`, which refuses (ValueError, one line
+naming the flag) parts it cannot act on when the run starts, before anything is compiled.
 - "projection": after every gradient step, `project(params, aux, cfg) -> params` on each part,
   with `aux = init(params, cfg)` taken when the learner is initialised (e.g. initial norms).
 - "loss": `penalty(params, aux, cfg) -> scalar` added to the loss of each part's network inside
