@@ -126,3 +126,16 @@ def optimizer_owners(state: PyTree, paths: Sequence[str]) -> list[str]:
                     owners.append(owner)
                 break
     return owners
+
+
+def check_networks(parts: Sequence[str], learner: Any, flag: str, trained: bool) -> None:
+    """ValueError naming `--flag` unless each part is a whole network's parameters (a value of
+    `learner.networks`) and, with `trained`, one that gradient steps train (its features and loss
+    gradients exist: `learner.train_parts`). Nothing is checked without a learner."""
+    if learner is None:
+        return
+    known = tuple(learner.train_parts if trained else learner.networks.values())
+    for path in parts:
+        if path not in known:
+            what = "the parameters of a trained network" if trained else "a network's parameters"
+            raise ValueError(f"--{flag}={path} is not {what}; accepted: {', '.join(known)}")

@@ -62,18 +62,28 @@ def resolve_parts(method: Method, config: Any, learner: Any) -> tuple[str, ...]:
     return tuple(config.parts) or tuple(getattr(learner, method.default_parts))
 
 
-def check_parts(state: PyTree, bound: Bound, default: Sequence[str] = ()) -> None:
+def check_parts(state: PyTree, bound: Bound, learner: Any = None) -> None:
     """ValueError (naming the --<prefix>_parts flag) unless each part exists, none overlaps
     another, and, for methods on parameters, each holds a weight matrix and no optimizer
-    state. `state` may be abstract (jax.eval_shape of the learner's init); `default` (the
-    learner's default parts for the method) is named in the message."""
+    state; then the method's own `validate` (with `learner`, when given). `state` may be
+    abstract (jax.eval_shape of the learner's init); the learner's default parts for the
+    method are named in the messages."""
     method, flag = bound.method, bound.method.flag("parts")
     try:
         paths = check_paths(state, bound.parts)
     except ValueError as error:
         raise ValueError(f"--{flag}: {error}") from None
-    if not method.params_only:
-        return
+    if method.params_only:
+        default = getattr(learner, method.default_parts, ()) if learner is not None else ()
+        _check_params(state, method, flag, paths, default)
+    if method.validate is not None:
+        method.validate(state, bound.parts, bound.config, learner)
+
+
+def _check_params(state: PyTree, method: Method, flag: str, paths: list[str],
+                  default: Sequence[str]) -> None:
+    """ValueError unless each path holds a weight matrix and no optimizer state (`default`: the
+    learner's default parts, named in the message)."""
     for path in paths:
         inside = [path] + part_paths(get_part(state, path), f"{path}.")
         optimizer = [p for p in inside if p.split(".")[-1] == "opt_state"]

@@ -5,6 +5,9 @@ An entry has a name, a frozen config dataclass (its settings: defaults, validati
 
 - "event": `apply(state, parts, cfg, ctx) -> state` at scheduled steps, on one seed's learner
   state (the caller vmaps it over seeds); `ctx` (an `EventContext`) holds what `needs` asks for.
+
+Any method may give `validate(state, parts, cfg, learner)`, which refuses (ValueError, one line
+naming the flag) parts it cannot act on when the run starts, before anything is compiled.
 - "projection": after every gradient step, `project(params, aux, cfg) -> params` on each part,
   with `aux = init(params, cfg)` taken when the learner is initialised (e.g. initial norms).
 - "loss": `penalty(params, aux, cfg) -> scalar` added to the loss of each part's network inside
@@ -134,6 +137,9 @@ class Method:
     data_shape: Callable | None = None  # cfg -> (batches, batch_size) of ctx.data
     every: tuple[int, str] | None = None  # own default period; None: the learner's resets'
     params_only: bool = True  # parts must hold parameters, not optimizer states
+    # (state, parts, cfg, learner) -> None: ValueError (one line) for parts it cannot act on;
+    # state may be abstract (shapes only), learner may be None
+    validate: Callable | None = None
     # projection and loss
     init: Callable | None = None  # (params, cfg) -> aux
     project: Callable | None = None  # (params, aux, cfg) -> params

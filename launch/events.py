@@ -31,7 +31,7 @@ def intervention_plan(agent: Agent, cfg: TrainConfig) -> Plan:
         plan = make_plan(cfg.intervention, cfg.method_settings, agent)
         state = jax.eval_shape(lambda key: agent.init(key, 3, 2), jax.random.key(0))
         for bound in plan.bound:
-            check_parts(state, bound, getattr(agent, bound.method.default_parts))
+            check_parts(state, bound, agent)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return plan

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from interventions import registry
 from launch.sweep_lib.grid import (
     PRESETS,
     JobSpec,
@@ -96,7 +97,7 @@ def test_presets_are_the_task_lists_of_the_published_data():
 @pytest.mark.parametrize("settings, message", [
     ({"agent": "ppo", "envs": "cheetah-run"}, "unknown agent 'ppo'; accepted: sac, bro"),
     ({"envs": "cheetah-run", "interventions": "none,shrink"},
-     "unknown intervention 'shrink'; accepted: none, reset, clip"),
+     "unknown intervention 'shrink'; accepted: " + ", ".join(registry.names())),
     ({"envs": "cheetah-run", "utds": "1,0"}, "utd must be an integer >= 1, got '0'"),
     ({"envs": "cheetah-run", "utds": "two"}, "utd must be an integer, got 'two'"),
     ({"envs": " , "}, "no envs given"),
