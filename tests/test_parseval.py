@@ -11,6 +11,7 @@ from interventions.methods import parseval
 from launch.config import ConfigError
 from tests import batches
 from tests.plans import ACT, OBS, hooked
+from tests.runs import run
 
 
 def np_penalty(params: dict, coef: float, scale: float, reference: int) -> float:
@@ -82,3 +83,13 @@ def test_a_part_of_output_layers_alone_is_refused():
     with pytest.raises(ConfigError, match="parseval cannot act on actor.params.mean.*hidden"):
         hooked("sac", "parseval", parseval_parts=("actor.params.mean",))
     hooked("sac", "parseval", parseval_parts=("actor.params.MLP_0",))
+
+
+def test_a_loss_term_on_a_target_network_is_refused_in_one_line(tmp_path):
+    """A target network is not trained by gradient steps, so no loss would carry the term."""
+    with pytest.raises(ConfigError, match="--parseval_parts=target_critic_params: a loss term"):
+        hooked("sac", "parseval", parseval_parts=("target_critic_params",))
+    proc = run("run_sac.py", "--dry_run", "--intervention=nap,parseval", "--layer_norm=false",
+               f"--logdir={tmp_path}", check=False, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "nap cannot act on actor.params" in proc.stderr and "--nap_layers=all" in proc.stderr

@@ -10,6 +10,7 @@ import pytest
 
 from interventions import EventContext, get_part
 from interventions.methods import shrink_perturb
+from launch.config import ConfigError, TrainConfig, check_read_when, validate
 from launch.events import build_intervention
 from tests import batches
 from tests.plans import ACT, OBS, hooked, init_states
@@ -109,3 +110,17 @@ def test_through_the_loop_each_seed_draws_its_own_noise(sac):
     assert not np.allclose(kernel(new), kernel(trained))
     assert {r[2] for r in rows} == {"shrink_perturb"} and {r[1] for r in rows} == {0, 1}
     assert {r[3] for r in rows} == {"actor", "critic", "target_critic"}
+
+
+@pytest.mark.parametrize("settings, flag", [({"sp_shrink": -1.0}, "--sp_shrink"),
+                                            ({"sp_perturb": float("nan")}, "--sp_perturb"),
+                                            ({"sp_sigma": 0.0}, "--sp_sigma")])
+def test_settings_that_cannot_work_are_refused_naming_the_flag(settings, flag):
+    with pytest.raises(ConfigError, match=f"^{flag}: "):
+        validate(TrainConfig(intervention="shrink_perturb", **settings))
+
+
+def test_sigma_is_read_only_with_gaussian_noise():
+    with pytest.raises(ConfigError, match="--sp_sigma=0.01 needs --sp_noise=gaussian"):
+        check_read_when(TrainConfig(intervention="shrink_perturb"), {"sp_sigma"})
+    check_read_when(TrainConfig(intervention="shrink_perturb", sp_noise="gaussian"), {"sp_sigma"})
