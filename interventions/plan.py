@@ -5,7 +5,8 @@ run's method settings ({flag name: value}) and the learner (its part lists), and
 
 - `hooks`: what the learner's update calls (`Hooks`): `init` fills `state.plasticity` with each
   per-step method's state (initial norms, anchors, power-iteration vectors), `penalty(path,
-  params, plasticity)` is the loss terms of the network at `path`, `after_step(state)` the
+  params, plasticity)` is the loss terms of the network at `path` (of the parts at or inside
+  it: a loss term's parts must lie in trained parameters), `after_step(state)` the
   projections and the loss terms' state updates after each gradient step;
 - `event`: `(state, ctx) -> state` for one seed, or None, with the method that makes it.
 

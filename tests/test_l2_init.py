@@ -6,11 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from interventions import get_part
-from interventions.methods import l2_init
-from launch.events import build_intervention
+from interventions import EventContext, get_part
+from interventions.methods import l2_init, reset
 from tests import batches
-from tests.plans import ACT, OBS, hooked, init_states
+from tests.plans import ACT, OBS, hooked
 from tests.trees import assert_bit_identical
 
 
@@ -55,20 +54,22 @@ def test_penalty_and_gradient_against_finite_differences():
 
 
 def test_the_anchor_is_the_initial_part_and_a_reset_takes_it_anew():
-    agent, plan, cfg = hooked("sac", "l2_init+reset", num_seeds=2)
-    init_fn, keys, first = init_states(agent, seeds=(0, 1))
+    agent, plan, cfg = hooked("sac", "l2_init+reset")
+    init = jax.jit(lambda key: agent.init(key, OBS, ACT))
+    first = init(jax.random.key(0))
     batch = batches.random_batch(jax.random.key(1), 3, 16, OBS, ACT)
-    trained, info = jax.jit(jax.vmap(agent.update, in_axes=(0, None)))(first, batch)
-    assert float(info["critic_penalty"].min()) > 0 and float(info["actor_penalty"].min()) > 0
-    bound = next(b for b in plan.bound if b.method.name == "l2_init")
+    trained, info = jax.jit(agent.update)(first, batch)
+    assert float(info["critic_penalty"]) > 0 and float(info["actor_penalty"]) > 0
+    l2, reset_bound = plan.bound
     for state in (first, trained):
-        for i, path in enumerate(bound.parts):
+        for i, path in enumerate(l2.parts):
             anchors = state.plasticity["l2_init"][i]
             initial = [leaf for key, leaf in jax.tree_util.tree_leaves_with_path(
                 get_part(first, path)) if not str(key[-2].key).startswith("LayerNorm")]
             assert_bit_identical(anchors, initial)
-    reset, _ = build_intervention(agent, cfg, plan, init_fn, keys).apply(trained, 100)
-    assert_bit_identical(reset.plasticity["l2_init"][0][1], reset.actor.params["MLP_0"][
-        "Dense_0"]["kernel"])
-    assert not np.allclose(reset.actor.params["MLP_0"]["Dense_0"]["kernel"],
+    fresh = init(jax.random.key(5))
+    after = reset.apply(trained, reset_bound.parts, reset_bound.config,
+                        EventContext(reinit=fresh))
+    assert_bit_identical(after.plasticity, fresh.plasticity)
+    assert not np.allclose(fresh.actor.params["MLP_0"]["Dense_0"]["kernel"],
                            first.actor.params["MLP_0"]["Dense_0"]["kernel"])

@@ -5,7 +5,6 @@ and its gradient against a float64 numpy computation with finite differences."""
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from interventions import get_part
 from interventions.methods import spectral_reg
@@ -33,12 +32,11 @@ def test_the_estimate_reaches_the_svd_on_a_gaussian_matrix():
     assert np.all(np.asarray(estimate) <= top_singular_value(kernel) * (1 + 1e-6))
 
 
-@pytest.mark.parametrize("agent_name", ["sac", "bro"])
-def test_the_estimate_follows_every_kernel_along_a_run(agent_name):
+def test_the_estimate_follows_every_kernel_along_a_run():
     """One iteration per step: the estimate ||W v|| is a lower bound of sigma_max at every step;
-    it lags (by up to 5 % here) while training first separates the orthogonal initialisation's
+    it lags (by up to 3.3 % here) while training first separates the orthogonal initialisation's
     equal singular values, and is within 1 % once they have separated (120 gradient steps)."""
-    agent, plan, _ = hooked(agent_name, "spectral_reg")
+    agent, plan, _ = hooked("sac", "spectral_reg")
     state = jax.jit(lambda key: agent.init(key, OBS, ACT))(jax.random.key(0))
     update = jax.jit(agent.update)
     parts = plan.bound[0].parts
