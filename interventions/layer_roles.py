@@ -92,8 +92,3 @@ def hidden_layers(params: PyTree) -> list[Path]:
     """Every layer but the output layers, in leaf order."""
     outputs = output_layers(params)
     return [layer for layer in layers(params) if layer not in outputs]
-
-
-def module_name(module: Path) -> str:
-    """The "/"-joined name of a module path, as interventions.matrices.layer_name gives it."""
-    return "/".join(module) or "(root)"
