@@ -113,6 +113,7 @@ def test_through_the_loop_each_seed_draws_its_own_noise(sac):
 
 
 @pytest.mark.parametrize("settings, flag", [({"sp_shrink": -1.0}, "--sp_shrink"),
+                                            ({"sp_shrink": float("inf")}, "--sp_shrink"),
                                             ({"sp_perturb": float("nan")}, "--sp_perturb"),
                                             ({"sp_sigma": 0.0}, "--sp_sigma")])
 def test_settings_that_cannot_work_are_refused_naming_the_flag(settings, flag):

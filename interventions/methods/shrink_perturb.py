@@ -3,6 +3,7 @@ noise, the noise a fresh initialisation of the same networks (the RL form: an in
 towards new weights) or Gaussian N(0, sigma^2) per parameter (the supervised form)."""
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +11,14 @@ import jax.numpy as jnp
 from interventions import layer_roles
 from interventions.methods.clip import OPT_STATES, initial_opt_state
 from interventions.parts import get_part, optimizer_owners, set_part
-from interventions.registry import EventContext, Method, Settings, parts_setting, setting
+from interventions.registry import (
+    EventContext,
+    Method,
+    SettingError,
+    Settings,
+    parts_setting,
+    setting,
+)
 
 NOISES = ("fresh", "gaussian")
 LEAVES = ("all", "layers")
@@ -34,8 +42,10 @@ class ShrinkPerturbConfig(Settings):
     parts: tuple[str, ...] = parts_setting("Shrink & Perturb")
 
     def check(self):
-        self.in_range("shrink", 0.0, float("inf"))
-        self.in_range("perturb", 0.0, float("inf"))
+        for name in ("shrink", "perturb"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 <= value < math.inf):
+                raise SettingError(name, f"{name} must be a finite number >= 0, got {value}")
         self.positive("sigma")
 
 
