@@ -4,10 +4,11 @@ keeps each layer's largest singular value near 1 and its biases near 0,
     lambda * (sum_l (sigma_max(W_l)^k - 1)^2 + sum_l ||b_l||^2),
 
 over every kernel (per ensemble member), every normalization layer's scale (a diagonal matrix:
-sigma_max = max |scale|) and every bias and offset. sigma_max(W) is estimated by power iteration
-with a persistent right singular vector v per kernel (the per-step state): the penalty uses
-sigma = ||W v|| with v held fixed, whose gradient is u v^T (u = W v / ||W v||), and after each
-gradient step `iterations` power iterations move v on.
+sigma_max = max |scale|) and every bias and offset. sigma_max of a kernel K (in, out; the
+transpose of W, with the same singular values) is estimated by power iteration with a
+persistent right singular vector v of K per kernel (the per-step state): the penalty uses
+sigma = ||K v|| with v held fixed, whose gradient is u v^T (u = K v / ||K v||), and after each
+gradient step `iterations` power iterations v <- K^T K v / ||K^T K v|| move v on.
 """
 
 import dataclasses
@@ -53,8 +54,8 @@ def _normalize(x: jax.Array) -> jax.Array:
 
 
 def power_iteration(matrix: jax.Array, v: jax.Array, iterations: int) -> jax.Array:
-    """v (batch..., out) moved on by `iterations` steps v <- W^T W v / ||W^T W v|| of the
-    matrix (batch..., in, out) (W = matrix as flax's kernel, x @ W)."""
+    """v (batch..., out) moved on by `iterations` steps v <- K^T K v / ||K^T K v|| of the
+    kernel K (batch..., in, out)."""
     for _ in range(iterations):
         v = _normalize(jnp.einsum("...io,...i->...o", matrix, jnp.einsum("...io,...o->...i",
                                                                           matrix, v)))
@@ -62,8 +63,8 @@ def power_iteration(matrix: jax.Array, v: jax.Array, iterations: int) -> jax.Arr
 
 
 def sigma_max(matrix: jax.Array, v: jax.Array) -> jax.Array:
-    """||W v||: the largest singular value of W (batch..., in, out) when v is its right
-    singular vector, a lower bound otherwise; shape (batch...,)."""
+    """||K v||: the largest singular value of the kernel K (batch..., in, out) when v is its
+    right singular vector, a lower bound otherwise; shape (batch...,)."""
     return jnp.linalg.norm(jnp.einsum("...io,...o->...i", matrix, v), axis=-1)
 
 
