@@ -108,3 +108,10 @@ def test_penalty_and_gradient_against_finite_differences():
             numeric[index] = (np_penalty(plus, 0.1, 2.0) - np_penalty(minus, 0.1, 2.0)) / (2 * eps)
         np.testing.assert_allclose(np.asarray(grads[module][key]), numeric, rtol=1e-4,
                                    atol=1e-6, err_msg=f"{module}/{key}")
+
+
+def test_a_zero_kernel_has_a_finite_gradient():
+    params = {"Dense_0": {"kernel": jnp.zeros((3, 4)), "bias": jnp.zeros(4)}}
+    aux = spectral_reg.init(params, CFG)
+    grads = jax.grad(spectral_reg.penalty)(params, aux, CFG)
+    assert np.all(np.isfinite(np.asarray(grads["Dense_0"]["kernel"])))

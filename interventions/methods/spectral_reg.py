@@ -64,8 +64,11 @@ def power_iteration(matrix: jax.Array, v: jax.Array, iterations: int) -> jax.Arr
 
 def sigma_max(matrix: jax.Array, v: jax.Array) -> jax.Array:
     """||K v||: the largest singular value of the kernel K (batch..., in, out) when v is its
-    right singular vector, a lower bound otherwise; shape (batch...,)."""
-    return jnp.linalg.norm(jnp.einsum("...io,...o->...i", matrix, v), axis=-1)
+    right singular vector, a lower bound otherwise; shape (batch...,). Where K v = 0 (a zero
+    kernel) it is 0 with a zero gradient rather than the NaN of the norm's."""
+    squared = jnp.sum(jnp.square(jnp.einsum("...io,...o->...i", matrix, v)), axis=-1)
+    positive = squared > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, squared, 1.0)), 0.0)
 
 
 def init(params, cfg: SpectralRegConfig) -> tuple:
