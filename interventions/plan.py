@@ -5,7 +5,8 @@ run's method settings ({flag name: value}) and the learner (its part lists), and
 
 - `hooks`: what the learner's update calls (`Hooks`): `init` fills `state.plasticity` with each
   per-step method's state (initial norms, anchors, power-iteration vectors), `penalty(path,
-  params, plasticity)` is the loss terms of the network at `path`, `after_step(state)` the
+  params, plasticity)` is the loss terms of the network at `path` (of the parts at or inside
+  it: a loss term's parts must lie in trained parameters), `after_step(state)` the
   projections and the loss terms' state updates after each gradient step;
 - `event`: `(state, ctx) -> state` for one seed, or None, with the method that makes it.
 
@@ -100,6 +101,13 @@ def _check_params(state: PyTree, method: Method, flag: str, paths: list[str],
             hint = f"; the parts it acts on by default: {','.join(default)}" if default else ""
             raise ValueError(f"--{flag}={path} holds no weight matrix (a kernel), so {method.name} "
                              f"would change nothing there{hint}")
+        if method.kind != "event":  # its init, traced, refuses a part it cannot act on
+            try:
+                jax.eval_shape(lambda params: method.init(params, bound.config),
+                               get_part(state, path))
+            except ValueError as error:
+                raise ValueError(f"{method.name} cannot act on {path} (--{flag}): {error}") \
+                    from None
 
 
 def _hooks(per_step: Sequence[Bound]) -> Hooks:
@@ -117,9 +125,11 @@ def _hooks(per_step: Sequence[Bound]) -> Hooks:
     def penalty(path: str, params, plasticity) -> jax.Array:
         total = jnp.zeros((), jnp.float32)
         for b in losses:
-            if path in b.parts:
-                aux = plasticity[b.method.name][b.parts.index(path)]
-                total = total + b.method.penalty(params, aux, b.config)
+            for i, part in enumerate(b.parts):  # the network at `path`, or a part inside it
+                if part == path or part.startswith(path + "."):
+                    inside = params if part == path else get_part(params, part[len(path) + 1:])
+                    total = total + b.method.penalty(inside, plasticity[b.method.name][i],
+                                                     b.config)
         return total
 
     def after_step(state):
@@ -140,13 +150,26 @@ def _hooks(per_step: Sequence[Bound]) -> Hooks:
                  after_step=after_step if after else None)
 
 
+def _check_trained(method: Method, parts: Sequence[str], trained: tuple[str, ...]) -> None:
+    """ValueError unless each part of a loss term lies in parameters that gradient steps train
+    (a loss term on a target network would never be added to any loss)."""
+    for part in parts:
+        if not any(part == t or part.startswith(t + ".") for t in trained):
+            raise ValueError(f"--{method.flag('parts')}={part}: a loss term acts on parameters "
+                             f"that gradient steps train; give parts at or inside "
+                             f"{', '.join(trained)}")
+
+
 def make_plan(spec: str, settings: Mapping[str, Any], learner: Any) -> Plan:
     """Resolve an --intervention value against a learner; ValueError (one line, naming the
     flag) for a setting that cannot work. The parts are checked by `check_parts`."""
     bound = []
     for method in parse(spec):
         config = method.make_config(settings)
-        bound.append(Bound(method, config, resolve_parts(method, config, learner)))
+        parts = resolve_parts(method, config, learner)
+        if method.kind == "loss":
+            _check_trained(method, parts, tuple(learner.train_parts))
+        bound.append(Bound(method, config, parts))
     per_step = [b for b in bound if b.method.kind != "event"]
     event = next((b for b in bound if b.method.kind == "event"), None)
     return Plan(tuple(bound), _hooks(per_step), event)

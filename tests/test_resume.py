@@ -66,11 +66,12 @@ def uninterrupted(tmp_path_factory):
     return returns_of
 
 
-def kill_while_saving(args, nth: int):
-    """Run with `args`, SIGKILLed in the middle of writing its `nth` checkpoint."""
+def kill_while_saving(args, nth: int, env=None):
+    """Run with `args` (and the environment variables `env` added), SIGKILLed in the middle of
+    writing its `nth` checkpoint."""
     killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), str(nth),
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
-                            text=True)
+                            text=True, env={**os.environ, **(env or {})})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
 
 
