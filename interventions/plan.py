@@ -77,6 +77,14 @@ def check_parts(state: PyTree, bound: Bound, learner: Any = None) -> None:
     if method.params_only:
         default = getattr(learner, method.default_parts, ()) if learner is not None else ()
         _check_params(state, method, flag, paths, default)
+    if method.kind != "event":  # its init, traced, refuses a part it cannot act on
+        for path in paths:
+            try:
+                jax.eval_shape(lambda params: method.init(params, bound.config),
+                               get_part(state, path))
+            except ValueError as error:
+                raise ValueError(f"{method.name} cannot act on {path} (--{flag}): {error}") \
+                    from None
     if method.validate is not None:
         method.validate(state, bound.parts, bound.config, learner)
 
@@ -101,13 +109,6 @@ def _check_params(state: PyTree, method: Method, flag: str, paths: list[str],
             hint = f"; the parts it acts on by default: {','.join(default)}" if default else ""
             raise ValueError(f"--{flag}={path} holds no weight matrix (a kernel), so {method.name} "
                              f"would change nothing there{hint}")
-        if method.kind != "event":  # its init, traced, refuses a part it cannot act on
-            try:
-                jax.eval_shape(lambda params: method.init(params, bound.config),
-                               get_part(state, path))
-            except ValueError as error:
-                raise ValueError(f"{method.name} cannot act on {path} (--{flag}): {error}") \
-                    from None
 
 
 def _hooks(per_step: Sequence[Bound]) -> Hooks:
