@@ -49,5 +49,6 @@ def main() -> None:
                  (f"{what}, compilation", compile_seconds, "s")]
     record("bro_update", rows)
 
+
 if __name__ == "__main__":
     main()

@@ -26,6 +26,7 @@ from launch.config import (
 
 HELP_FLAGS = {"help", "?", "helpshort", "helpfull", "helpxml"}
 
+
 def one_line_flag_parser(prefix: str = "error: "):
     """absl's flag parser for `app.run(..., flags_parser=...)`, but a bad or unknown flag is
     one line on stderr (`prefix` and absl's message) and exit code 2, and --help exits 0."""
@@ -41,6 +42,7 @@ def one_line_flag_parser(prefix: str = "error: "):
             sys.exit(0 if asked and e.code == 1 else e.code)
 
     return parse
+
 
 def define_flags(defaults: TrainConfig) -> None:
     """Define the flags every run script shares, with this agent's defaults."""
@@ -119,8 +121,10 @@ def define_flags(defaults: TrainConfig) -> None:
                          "directory) and exit as it would, 0 when it would train; reads the run "
                          "directory, leaves nothing behind (a sweep checks its jobs this way).")
 
+
 _FLAG_TYPES = {float: flags.DEFINE_float, int: flags.DEFINE_integer, bool: flags.DEFINE_boolean,
                str: flags.DEFINE_string}
+
 
 def define_method_flags(defaults) -> None:
     """One flag per setting of every registered intervention (`--<prefix>_<field>`), at the
@@ -138,6 +142,7 @@ def define_method_flags(defaults) -> None:
             _FLAG_TYPES[kind](flag, default, text, **where)
         flags.declare_key_flag(flag)
 
+
 def method_values(values: dict) -> dict:
     """The method settings of {flag name: flag value}, list flags as typed tuples."""
     out = {}
@@ -148,6 +153,7 @@ def method_values(values: dict) -> dict:
             value = tuple(value) if item is str else _number_list(flag, value, item)
         out[flag] = value
     return out
+
 
 def define_dashboard_flags(d: TrainConfig) -> None:
     """The flags of the optional dashboards (`launch/dashboards.py`)."""
@@ -164,6 +170,7 @@ def define_dashboard_flags(d: TrainConfig) -> None:
                       "trains; offline: write <run_dir>/wandb/ only, for `wandb sync` later; "
                       "disabled: no wandb calls.")
 
+
 def _number_list(name: str, values: Sequence[str], kind: type = int) -> tuple:
     """A list flag's items as `kind` (int or float), or ConfigError naming the flag."""
     try:
@@ -172,6 +179,7 @@ def _number_list(name: str, values: Sequence[str], kind: type = int) -> tuple:
         what = "integers" if kind is int else "numbers"
         raise ConfigError(f"--{name} must be a comma-separated list of {what}, got "
                           f"{','.join(values)!r}") from None
+
 
 def config_from_flags(agent: str) -> TrainConfig:
     """Read the shared flags into a TrainConfig (validated)."""

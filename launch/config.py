@@ -372,6 +372,8 @@ def seed_warning(cfg: TrainConfig) -> str | None:
 DASHBOARDS = ("tensorboard", "wandb")
 WANDB_MODES = ("online", "offline", "disabled")
 WANDB_FLAGS = ("wandb_project", "wandb_entity", "wandb_group", "wandb_mode")
+
+
 def validate_dashboards(cfg: TrainConfig) -> None:
     """ConfigError for a --log_to or --wandb_mode that is not accepted."""
     for name in cfg.log_to:

@@ -30,6 +30,7 @@ class TooLargeForMemory(RuntimeError):
         super().__init__(message)
         self.advice = advice
 
+
 def device_memory_bytes(device: jax.Device) -> int | None:
     """The bytes JAX may allocate on `device`: an accelerator's limit, for a CPU the host's
     physical memory or the process's cgroup limit where smaller, or None where neither is
@@ -48,6 +49,7 @@ def device_memory_bytes(device: jax.Device) -> int | None:
         return physical if limit is None else min(physical, limit)
     return None
 
+
 def tree_nbytes(tree) -> int:
     """Bytes of a pytree of arrays or shapes (a PRNG key counts as its key data)."""
     total = 0
@@ -60,6 +62,7 @@ def tree_nbytes(tree) -> int:
             total += leaf.size * np.dtype(dtype).itemsize
     return total
 
+
 def _told_apart(need: int, have: int) -> tuple[str, str]:
     """Two byte counts in GiB with as few decimals as tell them apart, else in bytes."""
     for digits in (1, 3):
@@ -67,6 +70,7 @@ def _told_apart(need: int, have: int) -> tuple[str, str]:
         if pair[0] != pair[1]:
             return pair
     return f"{need:,} bytes", f"{have:,} bytes"
+
 
 def check_state_fits(init_fn, init_keys: jax.Array, replay_bytes: int = 0) -> int:
     """Raise TooLargeForMemory where the seeds' agent states `init_fn(init_keys)` would make,
@@ -92,6 +96,7 @@ def check_state_fits(init_fn, init_keys: jax.Array, replay_bytes: int = 0) -> in
                     "set it: lower them") if replay_bytes else
             "the networks' sizes and --num_seeds set it: lower them")
     return state
+
 
 def check_fits(init_fn, init_keys: jax.Array, cfg: TrainConfig, env) -> None:
     """Refuse (TooLargeForMemory) a run whose agent states `init_fn(init_keys)` do not fit its

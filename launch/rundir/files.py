@@ -23,6 +23,7 @@ DIVERGED = "diverged.json"
 
 LOSS_WARNINGS = "loss_warnings.json"  # losses past launch.train.LOSS_LIMIT, first crossings
 
+
 def done_problem(path: str) -> str | None:
     """Why a done.json cannot be read as the JSON object a finished run writes, or None."""
     try:
@@ -32,10 +33,12 @@ def done_problem(path: str) -> str | None:
         return f"{type(e).__name__}: {e}"
     return None if isinstance(record, dict) else "it holds no JSON object"
 
+
 def is_finished(run_dir: str) -> bool:
     """Whether the run directory holds a done.json that reads as a finished run's."""
     path = os.path.join(run_dir, "done.json")
     return os.path.exists(path) and done_problem(path) is None
+
 
 def read_loss_warnings(run_dir: str) -> dict:
     """The losses LOSS_WARNINGS records ({} where there is none or it cannot be read)."""

@@ -10,9 +10,11 @@ import sys
 class RunDirInUse(RuntimeError):
     """Another process holds the run directory's lock (it trains that run now)."""
 
+
 EXIT_IN_USE = 75  # a run script's exit code for RunDirInUse (EX_TEMPFAIL: try again later)
 
 EXIT_STOPPED = 143  # a run script's exit code after a SIGTERM (128 + 15): it checkpointed
+
 
 def _in_use(run_dir: str, handle) -> RunDirInUse:
     handle.seek(0)
@@ -22,6 +24,7 @@ def _in_use(run_dir: str, handle) -> RunDirInUse:
     return RunDirInUse(f"{run_dir} is being trained by {holder}; wait for it to end or stop it "
                        "first (if that process is gone, as with a node that crashed, delete "
                        f"{path})")
+
 
 def check_not_in_use(run_dir: str) -> None:
     """RunDirInUse when another process holds the run directory's lock; writes nothing."""
@@ -36,6 +39,7 @@ def check_not_in_use(run_dir: str) -> None:
     except OSError:  # a filesystem without locks: a launch would warn and train
         pass
     handle.close()
+
 
 def lock_run_dir(run_dir: str):
     """An exclusive lock on the run directory (its `.lock` file) for as long as the returned

@@ -24,6 +24,7 @@ WATCH_SETTINGS = ("log_to", "wandb_project", "wandb_entity", "wandb_group", "wan
 class CannotResume(RuntimeError):
     """A run directory whose checkpoint or logs cannot be continued; the message says why."""
 
+
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -34,6 +35,7 @@ def versions() -> dict[str, str]:
     out["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
     return out
 
+
 def config_record(train_config, agent_config) -> dict:
     """The JSON-able record of a run's settings, as written to config.json."""
     record = dataclasses.asdict(train_config)
@@ -41,6 +43,7 @@ def config_record(train_config, agent_config) -> dict:
     record["agent_config"] = dataclasses.asdict(agent_config)
     record["versions"] = versions()
     return record
+
 
 # Settings added after runs were recorded without them, with the value those runs had
 # ("a.b" is key b of the record's object a). The interventions' settings are added by
@@ -51,11 +54,13 @@ ADDED_SETTINGS = {"dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
                   "agent_config.flax_layers": False, "env_backend": "dm_control",
                   "replay_on_device": False}
 
+
 def added_settings() -> dict:
     """ADDED_SETTINGS and every registered intervention's setting at its default (as JSON)."""
     methods = {flag: list(field.default) if isinstance(field.default, tuple) else field.default
                for flag, (_, field, _) in all_settings().items()}
     return {**methods, **ADDED_SETTINGS}
+
 
 def with_added_settings(record: dict) -> dict:
     """A config.json record with each setting of `added_settings()` it lacks at the value it
@@ -72,6 +77,7 @@ def with_added_settings(record: dict) -> dict:
             node.setdefault(name, value)
     return record
 
+
 def flat_settings(record: dict, prefix: str = "") -> dict:
     """A config record's settings by dotted name: {"agent_config.hidden_dims": [...], ...}."""
     out = {}
@@ -82,12 +88,14 @@ def flat_settings(record: dict, prefix: str = "") -> dict:
             out[f"{prefix}{key}"] = value
     return out
 
+
 def with_resolved_settings(record: dict) -> dict:
     """A config.json record with --diagnostics_batch_size=0 spelled as the --batch_size it
     stands for, so that a run resumes (and a sweep relaunches it) given either."""
     if record.get("diagnostics_batch_size") == 0 and "batch_size" in record:
         return {**record, "diagnostics_batch_size": record["batch_size"]}
     return record
+
 
 def read_config(run_dir: str) -> dict | None:
     """The config.json of a run directory, or None when there is none; CannotResume when it
@@ -137,7 +145,9 @@ def _umask() -> int:
     os.umask(mask)
     return mask
 
+
 _UMASK = _umask()
+
 
 def write_json(path: str, record: dict, **dump_args) -> None:
     """Write `record` to `path` (json.dump's `dump_args`) atomically: a reader, a crash or a

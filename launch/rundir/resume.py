@@ -23,11 +23,13 @@ from launch.rundir.record import (
 IGNORED_ON_RESUME = ("resume", "progress", "keep_final_buffer", "versions", "earlier_versions",
                      "logdir", *WATCH_SETTINGS)
 
+
 def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
     """The run's checkpoint directories by name: (env steps, those moved aside as corrupt)."""
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     names = sorted(os.listdir(ckpt_dir)) if os.path.isdir(ckpt_dir) else []
     return [n for n in names if n.isdigit()], [n for n in names if n.startswith("corrupt_")]
+
 
 def _results_without_config(run_dir: str, has_checkpoint: bool) -> str:
     """What of a run a directory without config.json still holds ("" if nothing): checkpoints,
@@ -41,6 +43,7 @@ def _results_without_config(run_dir: str, has_checkpoint: bool) -> str:
     if rows > 0:
         held.append(f"{rows} eval.csv row(s)")
     return " and ".join(held)
+
 
 def resume_state(cfg: TrainConfig, record: dict) -> str:
     """"fresh", "resume" or "done" for this run directory, as `--resume` asks.
@@ -89,6 +92,7 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
         return _finished_state(cfg, steps)
     return "resume" if has_checkpoint else "fresh"
 
+
 def _diverged_record(run_dir: str) -> str | None:
     """What diverged.json says (its cause, step and seed), or None where there is none."""
     path = os.path.join(run_dir, DIVERGED)
@@ -100,6 +104,7 @@ def _diverged_record(run_dir: str) -> str | None:
         return f"{record['what']} at env step {record['env_step']} for seed {record['seed']}"
     except (OSError, ValueError, KeyError, TypeError):  # written by hand, cut short
         return f"{path} records it"
+
 
 def _finished_state(cfg: TrainConfig, steps: list[str]) -> str:
     """"done" for a finished run whose done.json reads as a JSON object. One that does not is
@@ -129,6 +134,7 @@ def _finished_state(cfg: TrainConfig, steps: list[str]) -> str:
           "that step say it finished; restoring that checkpoint checks it and the logs, then "
           "done.json is written again", file=sys.stderr)
     return "resume"
+
 
 def _seeds_not_evaluated(cfg: TrainConfig, env_step: int) -> list[int]:
     """The run's seeds that eval.csv has no row for at `env_step` (all where it is unreadable)."""
