@@ -5,9 +5,10 @@
 (row-major over height, width, channels: channel c of position p feeds row p * C + c of the next
 Dense), then the same MLP and head. BatchNorm's running statistics live in the "batch_stats"
 collection, state like the parameters. Each hidden layer's features are recorded with `sow`:
-the MLP's "MLP_0/hidden_i" (batch, units) and each conv block's "conv_i" as (batch, channels),
+the MLP's "MLP_0/hidden_i" (batch, units) and conv block i's "hidden_i" as (batch, channels),
 the mean over positions of the block's ReLU output (a channel's mean activation, the quantity
-dormant-unit scores of conv layers average).
+dormant-unit scores of conv layers average), named as `interventions.units` reads a scope's
+features (its Conv layers first).
 """
 
 from collections.abc import Sequence
@@ -56,7 +57,7 @@ class ConvClassifier(nn.Module):
             x = nn.BatchNorm(use_running_average=not train, momentum=BATCH_NORM_MOMENTUM,
                              epsilon=BATCH_NORM_EPSILON, name=f"BatchNorm_{i}")(x)
             x = nn.relu(x)
-            self.sow("intermediates", f"conv_{i}", jnp.mean(x, axis=(-3, -2)))
+            self.sow("intermediates", f"hidden_{i}", jnp.mean(x, axis=(-3, -2)))
             x = nn.max_pool(x, (2, 2), strides=(2, 2))
         x = x.reshape(*x.shape[:-3], -1)
         x = MLP(self.hidden_dims, self.layer_norm, self.init_scale, name="MLP_0")(x)

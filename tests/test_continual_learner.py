@@ -76,12 +76,12 @@ def test_conv_layers_are_named_for_the_unit_topology_and_batch_norm_is_state():
     assert names == {"Conv_0", "BatchNorm_0", "Conv_1", "BatchNorm_1", "MLP_0", "Dense_0"}
     assert set(state.net.params["MLP_0"]) == {"Dense_0", "LayerNorm_0"}
     assert state.net.params["MLP_0"]["Dense_0"]["kernel"].shape == (2 * 2 * 6, 16)
-    assert learner.reset_parts == ("net", "batch_stats")
+    assert learner.reset_parts == ("net", "batch_stats", "plasticity")
     data = batch((8, 8, 3))
     new, _ = jax.jit(learner.update)(state, data)
     assert not np.allclose(new.batch_stats["BatchNorm_0"]["mean"],
                            state.batch_stats["BatchNorm_0"]["mean"])
-    # conv_0's features: the mean over positions of ReLU(BatchNorm(conv)), running statistics
+    # hidden_0's features (Conv_0's): the mean over positions of ReLU(BatchNorm(conv)), running statistics
     p, s = new.net.params, new.batch_stats
     y = jax.lax.conv_general_dilated(data.x, p["Conv_0"]["kernel"], (1, 1), "SAME",
                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -89,9 +89,9 @@ def test_conv_layers_are_named_for_the_unit_topology_and_batch_norm_is_state():
     y = (y - s["BatchNorm_0"]["mean"]) / np.sqrt(s["BatchNorm_0"]["var"] + BATCH_NORM_EPSILON)
     y = np.maximum(y * p["BatchNorm_0"]["scale"] + p["BatchNorm_0"]["bias"], 0)
     feats = jax.jit(learner.features)(new, data)["net"]
-    assert set(feats) == {"conv_0", "conv_1", "MLP_0/hidden_0"}
-    np.testing.assert_allclose(feats["conv_0"], y.mean(axis=(1, 2)), atol=1e-5)
-    assert feats["conv_1"].shape == (16, 6) and feats["MLP_0/hidden_0"].shape == (16, 16)
+    assert set(feats) == {"hidden_0", "hidden_1", "MLP_0/hidden_0"}
+    np.testing.assert_allclose(feats["hidden_0"], y.mean(axis=(1, 2)), atol=1e-5)
+    assert feats["hidden_1"].shape == (16, 6) and feats["MLP_0/hidden_0"].shape == (16, 16)
 
 
 def test_without_layer_norm_and_with_each_optimizer():

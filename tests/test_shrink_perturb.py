@@ -117,7 +117,7 @@ def test_through_the_loop_each_seed_draws_its_own_noise(sac):
                                             ({"sp_perturb": float("nan")}, "--sp_perturb"),
                                             ({"sp_sigma": 0.0}, "--sp_sigma")])
 def test_settings_that_cannot_work_are_refused_naming_the_flag(settings, flag):
-    with pytest.raises(ConfigError, match=f"^{flag}: "):
+    with pytest.raises(ConfigError, match=f"^{flag} must be"):
         validate(TrainConfig(intervention="shrink_perturb", **settings))
 
 
