@@ -13,7 +13,7 @@ import pytest
 import scipy.stats
 from test_analysis_layouts import write_project_run
 
-from tests.runs import REFERENCE, needs_reference
+from tests.helpers.runs import REFERENCE, needs_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SAC_UTD1 = (REFERENCE / "rl_with_resets_sac"

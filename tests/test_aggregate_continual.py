@@ -11,7 +11,7 @@ import pytest
 from analysis.continual import load_methods, summarize
 from launch.anisotropic_init import anisotropic
 from launch.sweep_lib.grid import SweepError, make_grid
-from tests.runs import read_csv, run
+from tests.helpers.runs import read_csv, run
 
 
 def fake_run(root, task, intervention, seeds, scores, layer_norm=True, cond=None):

@@ -8,7 +8,7 @@ from analysis.datasets import load_datasets
 from analysis.errors import AggregationWarning
 from analysis.layouts import load_runs
 from analysis.summary import Settings, summarize
-from tests.runs import REFERENCE, needs_reference
+from tests.helpers.runs import REFERENCE, needs_reference
 
 pytestmark = needs_reference
 SAC = REFERENCE / "rl_with_resets_sac"

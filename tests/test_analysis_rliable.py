@@ -12,7 +12,7 @@ from analysis.bootstrap import generator, percentile_interval, stratified_bootst
 from analysis.layouts import load_runs
 from analysis.selection import final_scores
 from analysis.summary import aggregate_statistics
-from tests.runs import REFERENCE, needs_reference
+from tests.helpers.runs import REFERENCE, needs_reference
 
 SAC_UTD1 = (REFERENCE / "rl_with_resets_sac"
             / "max_steps_2000000_resets_False_config.updates_per_step_1")

@@ -28,7 +28,7 @@ from launch.config import (
 from launch.rundir.lock import lock_run_dir
 from launch.rundir.record import config_record, write_json
 from launch.rundir.resume import resume_state
-from tests.runs import FAST_SAC, REPO, run, script
+from tests.helpers.runs import FAST_SAC, REPO, run, script
 
 CASES = {
     "unknown env": (["--env=humanoid-stnd"], "did you mean 'humanoid-stand'?"),

@@ -16,9 +16,9 @@ import pytest
 from agents import bro, make_agent
 from interventions import replace_parts
 from networks import tanh_gaussian_log_prob
-from tests import batches
-from tests.runs import REPO, read_csv, run
-from tests.trees import numeric_leaves
+from tests.helpers import batches
+from tests.helpers.runs import REPO, read_csv, run
+from tests.helpers.trees import numeric_leaves
 
 OBS, ACT = 5, 3
 SMALL = dataclasses.replace(

@@ -19,7 +19,7 @@ from launch.checkpoint import (
     keys_to_data,
 )
 from launch.rundir.record import CannotResume
-from tests.trees import assert_bit_identical
+from tests.helpers.trees import assert_bit_identical
 
 
 def device_tree(value: float):

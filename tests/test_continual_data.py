@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from continual.data import DataError, load_cifar10, load_digits, load_imagenet32, load_mnist
-from tests.continual_files import write_cifar, write_idx, write_imagenet32, write_mnist
+from tests.helpers.continual_files import write_cifar, write_idx, write_imagenet32, write_mnist
 
 
 @pytest.mark.parametrize("compress", [False, True])

@@ -81,7 +81,7 @@ def test_conv_layers_are_named_for_the_unit_topology_and_batch_norm_is_state():
     new, _ = jax.jit(learner.update)(state, data)
     assert not np.allclose(new.batch_stats["BatchNorm_0"]["mean"],
                            state.batch_stats["BatchNorm_0"]["mean"])
-    # hidden_0's features (Conv_0's): the mean over positions of ReLU(BatchNorm(conv)), running statistics
+    # hidden_0, Conv_0's features: the mean over positions of ReLU(BatchNorm(conv))
     p, s = new.net.params, new.batch_stats
     y = jax.lax.conv_general_dilated(data.x, p["Conv_0"]["kernel"], (1, 1), "SAME",
                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))

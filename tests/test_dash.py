@@ -14,10 +14,10 @@ from agents import make_agent
 from agents.sac import SACConfig
 from interventions import EventContext, get_part, set_part
 from interventions.methods import dash
-from tests import event_runs
-from tests.batches import random_batch
-from tests.toy_learner import Classifier, ConvNet, ToyLearner, examples
-from tests.trees import assert_bit_identical
+from tests.helpers import event_runs
+from tests.helpers.batches import random_batch
+from tests.helpers.toy_learner import Classifier, ConvNet, ToyLearner, examples
+from tests.helpers.trees import assert_bit_identical
 
 
 def flat(tree) -> dict[str, np.ndarray]:

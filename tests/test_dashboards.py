@@ -17,7 +17,7 @@ import pytest
 from launch.config import TrainConfig
 from launch.dashboards import REQUIREMENTS, Dashboards, wandb_steps
 from launch.sweep_lib.grid import JobSpec
-from tests.dashboard_files import (
+from tests.helpers.dashboard_files import (
     by_step,
     tensorboard_hparams,
     tensorboard_scalars,
@@ -25,7 +25,7 @@ from tests.dashboard_files import (
     wandb_run,
     wandb_segments,
 )
-from tests.runs import FAST_SAC, REPO, read_csv, run, script
+from tests.helpers.runs import FAST_SAC, HELPERS, KILLSAVE, REPO, read_csv, run, script
 
 # 2 seeds, 125-step episodes, a checkpoint and an evaluation at every episode end, a clip at 700.
 ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=1000",
@@ -173,7 +173,7 @@ def test_a_run_killed_while_saving_and_resumed_holds_each_step_once(logged_run, 
     so it may hold steps past the resume point), and the resumed run fills in the rest."""
     args = [*ARGS, *DASHBOARDS, f"--logdir={tmp_path}"]
     env = {**os.environ, "WANDB__TRANSACTION_LOG_FLUSH_INTERVAL": "0.01"}
-    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "3",
+    killed = subprocess.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True, env=env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -192,7 +192,7 @@ def test_dashboards_turned_on_at_a_resume_catch_up_from_the_csv_files(tmp_path):
     """A run started without dashboards, killed, and resumed with them: they get the rows up
     to the checkpoint from the CSV files, then the new ones."""
     args = [*ARGS, f"--logdir={tmp_path}"]
-    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "2",
+    killed = subprocess.run([sys.executable, KILLSAVE, "2",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -222,7 +222,7 @@ def test_run_bro_logs_to_both_dashboards(tmp_path):
 
 def without(package: str, *args: str, timeout: float = 120):
     """The run script with `package` made unimportable."""
-    return subprocess.run([sys.executable, os.path.join(REPO, "tests", "without_package.py"),
+    return subprocess.run([sys.executable, os.path.join(HELPERS, "without_package.py"),
                            package, script("run_sac.py"), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 

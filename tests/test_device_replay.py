@@ -2,7 +2,6 @@
 draws over each seed's filled slots, a step that sends one transition per seed, exact resume,
 and a buffer too large for the device refused before anything is compiled."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from launch.device_loop import DeviceReplayTrainer
 from replay import ReplayBuffer
 from replay import device as device_replay
 from replay.device import DeviceReplayBuffer
-from tests.runs import FAST_SAC, REPO, read_csv, run, script
+from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 
 SEEDS, OBS, ACT = 3, 4, 2
 
@@ -199,7 +198,7 @@ def test_a_run_trains_and_one_killed_and_resumed_matches_it(tmp_path):
     expected = _returns(tmp_path / "full")
     assert len(expected) == 8 and len({r[2] for r in expected}) > 4
     args = [*ARGS, f"--logdir={tmp_path / 'killed'}"]
-    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "3",
+    killed = subprocess.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

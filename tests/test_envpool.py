@@ -2,7 +2,6 @@
 action, the same reward and next observation; the same layout, bounds and episode ends; the
 tasks that differ refused with one line; exact resume."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -22,8 +21,8 @@ from envs.envpool_backend import (  # noqa: E402
     task_id,
 )
 from envs.names import check_env_name, dm_suite  # noqa: E402
-from tests.envpool_sync import control_step, sync, turn_about_z  # noqa: E402
-from tests.runs import FAST_SAC, REPO, read_csv, run, script  # noqa: E402
+from tests.helpers.envpool_sync import control_step, sync, turn_about_z  # noqa: E402
+from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script  # noqa: E402
 
 # The agreement asked of every observation entry and reward after one step from the same
 # state: |dm_control - EnvPool| <= TOL * (1 + |EnvPool|). The tasks served agree to 4e-6 or
@@ -224,7 +223,7 @@ def test_a_run_killed_and_resumed_matches_one_never_stopped(tmp_path):
     step 375), then the same command: eval.csv's returns are bit-identical."""
     run("run_sac.py", *ARGS, f"--logdir={tmp_path / 'full'}")
     args = [*ARGS, f"--logdir={tmp_path / 'killed'}"]
-    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "3",
+    killed = subprocess.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

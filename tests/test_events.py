@@ -13,7 +13,7 @@ from agents.sac import SACConfig
 from interventions import DEFAULT_NS_STEPS, ns_clip_matrices
 from launch.config import TrainConfig
 from launch.events import build_intervention, intervention_plan
-from tests.trees import assert_bit_identical
+from tests.helpers.trees import assert_bit_identical
 
 OBS, ACT = 4, 2
 

@@ -8,9 +8,9 @@ import numpy as np
 
 from interventions import EventContext, get_part
 from interventions.methods import l2_init, reset
-from tests import batches
-from tests.plans import ACT, OBS, hooked
-from tests.trees import assert_bit_identical
+from tests.helpers import batches
+from tests.helpers.plans import ACT, OBS, hooked
+from tests.helpers.trees import assert_bit_identical
 
 
 def np_penalty(params: dict, initial: dict, coef: float) -> float:

@@ -14,10 +14,10 @@ from agents.bro import BROConfig
 from agents.sac import SACConfig
 from interventions import EventContext, get_part, optimizer_owners, set_part
 from interventions.methods import layer_reset
-from tests import event_runs
-from tests.batches import random_batch
-from tests.toy_learner import ConvNet, ToyLearner, examples
-from tests.trees import assert_bit_identical
+from tests.helpers import event_runs
+from tests.helpers.batches import random_batch
+from tests.helpers.toy_learner import ConvNet, ToyLearner, examples
+from tests.helpers.trees import assert_bit_identical
 
 SAC = dataclasses.replace(SACConfig(), hidden_dims=(16, 16))
 BRO = dataclasses.replace(BROConfig(), critic_width=16, critic_depth=2, actor_width=8,

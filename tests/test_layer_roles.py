@@ -8,7 +8,7 @@ import pytest
 
 from agents import make_agent
 from interventions import get_part, layer_roles
-from tests.plans import ACT, OBS, TINY
+from tests.helpers.plans import ACT, OBS, TINY
 
 
 def params(agent_name, path, **changes):

@@ -14,9 +14,9 @@ from agents import make_agent
 from interventions import get_part, set_part
 from interventions.methods import nap
 from launch.config import ConfigError
-from tests import batches
-from tests.plans import ACT, OBS, TINY, hooked
-from tests.trees import assert_bit_identical, numeric_leaves
+from tests.helpers import batches
+from tests.helpers.plans import ACT, OBS, TINY, hooked
+from tests.helpers.trees import assert_bit_identical, numeric_leaves
 
 FAST = dataclasses.replace(TINY["sac"], actor_lr=1e-2, critic_lr=1e-2)  # norms move in 5 steps
 HEADS = {"mean", "log_std", "quantiles", "shift"}  # output layers, with SAC's net/Dense_0

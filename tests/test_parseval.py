@@ -9,8 +9,8 @@ import pytest
 
 from interventions.methods import parseval
 from launch.config import ConfigError
-from tests.plans import ACT, OBS, hooked
-from tests.runs import run
+from tests.helpers.plans import ACT, OBS, hooked
+from tests.helpers.runs import run
 
 
 def np_penalty(params: dict, coef: float, scale: float, reference: int) -> float:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.runs import FAST_SAC, read_csv, run
+from tests.helpers.runs import FAST_SAC, read_csv, run
 from tests.test_bro import TINY as TINY_BRO
 from tests.test_resume import assert_bit_identical, kill_while_saving, returns
 

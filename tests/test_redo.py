@@ -17,11 +17,11 @@ from agents.bro import BROConfig
 from agents.sac import SACConfig
 from interventions import EventContext, get_part, set_part, units
 from interventions.methods import redo
-from tests import event_runs
-from tests.batches import random_batch
-from tests.runs import FAST_SAC, run
-from tests.toy_learner import Classifier, ConvNet, ToyLearner, examples
-from tests.trees import assert_bit_identical
+from tests.helpers import event_runs
+from tests.helpers.batches import random_batch
+from tests.helpers.runs import FAST_SAC, run
+from tests.helpers.toy_learner import Classifier, ConvNet, ToyLearner, examples
+from tests.helpers.trees import assert_bit_identical
 
 TAU = redo.RedoConfig().tau
 CFG = redo.RedoConfig()

@@ -18,8 +18,8 @@ from interventions import Method, Settings, make_plan, registered, registry, set
 from interventions.registry import parts_setting
 from launch.config import TrainConfig
 from launch.rundir.record import added_settings, with_added_settings
-from tests.runs import FAST_SAC, REPO, read_csv
-from tests.toy_intervention import CLAMP, SCALE_BIAS, register_toys
+from tests.helpers.runs import FAST_SAC, REPO, read_csv
+from tests.helpers.toy_intervention import CLAMP, SCALE_BIAS, register_toys
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_a_plugin_registered_from_outside_runs_end_to_end(tmp_path):
     args = [*FAST_SAC, f"--logdir={tmp_path}", "--max_steps=600", "--start_steps=200",
             "--eval_every=300", "--intervention=toy_scale_bias,toy_clamp",
             "--intervention_every=400", "--toy_scale_bias_factor=0.25", "--toy_clamp_bound=0.2"]
-    proc = subprocess.run([sys.executable, "tests/toy_intervention.py", *args], cwd=REPO,
+    proc = subprocess.run([sys.executable, "tests/helpers/toy_intervention.py", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "toy_scale_bias+toy_clamp-utd1-seed0"
@@ -149,7 +149,7 @@ def test_a_plugin_registered_from_outside_runs_end_to_end(tmp_path):
     rows = read_csv(run_dir / "interventions.csv")
     assert {r["kind"] for r in rows} == {"toy_scale_bias"}
     assert {r["env_step"] for r in rows} == {"400"}
-    help_text = subprocess.run([sys.executable, "tests/toy_intervention.py", "--help"],
+    help_text = subprocess.run([sys.executable, "tests/helpers/toy_intervention.py", "--help"],
                                cwd=REPO, capture_output=True, text=True, timeout=120).stdout
     assert "--toy_clamp_bound" in help_text and "toy_scale_bias" in help_text
 

@@ -19,7 +19,7 @@ from agents import make_agent
 from agents.sac import SACConfig
 from launch import ctrl_c, runner, train
 from launch.config import TrainConfig
-from tests.runs import FAST_SAC, REPO, read_csv, run, script
+from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 
 # 2 seeds, UTD 2, 125-step episodes (action repeat 8), a checkpoint at every episode end, and
 # the intervention at step 700, after any resume point the kills below can produce.
@@ -69,7 +69,7 @@ def uninterrupted(tmp_path_factory):
 def kill_while_saving(args, nth: int, env=None):
     """Run with `args` (and the environment variables `env` added), SIGKILLed in the middle of
     writing its `nth` checkpoint."""
-    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), str(nth),
+    killed = subprocess.run([sys.executable, KILLSAVE, str(nth),
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True, env={**os.environ, **(env or {})})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -77,7 +77,7 @@ def kill_while_saving(args, nth: int, env=None):
 
 def test_ctrl_c_while_saving_completes_that_checkpoint_then_stops_with_one_line(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "2",
+    proc = subprocess.run([sys.executable, KILLSAVE, "2",
                            script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "KILLSAVE_SIGNAL": "SIGINT"})
     assert proc.returncode == 130, proc.stderr[-2000:]

@@ -14,8 +14,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.continual_files import write_cifar, write_imagenet32, write_mnist
-from tests.runs import REPO, read_csv, run
+from tests.helpers.continual_files import write_cifar, write_imagenet32, write_mnist
+from tests.helpers.runs import KILLSAVE, REPO, read_csv, run
 
 TINY = ["--num_tasks=2", "--num_seeds=2", "--hidden_dim=8", "--progress=false"]
 
@@ -92,7 +92,7 @@ def test_resume_after_a_kill_at_a_task_boundary_is_bit_identical(tmp_path):
              "--progress=false"]
     run("run_continual.py", *flags, f"--logdir={tmp_path / 'whole'}")
     killed = subprocess.run(  # SIGKILL while the third checkpoint (after task 2) is written
-        [sys.executable, os.path.join(REPO, "tests", "killsave.py"), "3",
+        [sys.executable, KILLSAVE, "3",
          os.path.join(REPO, "launch", "run_continual.py"), *flags,
          f"--logdir={tmp_path / 'parts'}"], capture_output=True, text=True, cwd=REPO,
         timeout=300)

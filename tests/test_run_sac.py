@@ -16,8 +16,8 @@ from agents.sac import SACConfig
 from envs import make_vector_env
 from launch import train
 from launch.config import TrainConfig
-from tests.runs import FAST_SAC, REPO, read_csv, run
-from tests.trees import assert_bit_identical
+from tests.helpers.runs import FAST_SAC, REPO, read_csv, run
+from tests.helpers.trees import assert_bit_identical
 
 EXPECTED_FILES = {"config.json", "eval.csv", "train.csv", "diagnostics.csv", "interventions.csv",
                   "0.txt", "1.txt", "done.json", "checkpoints", ".lock"}

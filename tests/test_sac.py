@@ -10,7 +10,7 @@ import pytest
 
 from agents import make_agent, sac
 from agents.common import Batch
-from tests import batches
+from tests.helpers import batches
 
 OBS, ACT = 5, 3
 SMALL = dataclasses.replace(sac.SACConfig(), hidden_dims=(32, 32))

@@ -12,9 +12,9 @@ from interventions import EventContext, get_part
 from interventions.methods import shrink_perturb
 from launch.config import ConfigError, TrainConfig, check_read_when, validate
 from launch.events import build_intervention
-from tests import batches
-from tests.plans import ACT, OBS, hooked, init_states
-from tests.trees import assert_bit_identical, numeric_leaves
+from tests.helpers import batches
+from tests.helpers.plans import ACT, OBS, hooked, init_states
+from tests.helpers.trees import assert_bit_identical, numeric_leaves
 
 PARAMS = ("actor.params", "critic.params", "target_critic_params")
 

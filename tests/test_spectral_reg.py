@@ -8,8 +8,8 @@ import numpy as np
 
 from interventions import get_part
 from interventions.methods import spectral_reg
-from tests import batches
-from tests.plans import ACT, OBS, hooked
+from tests.helpers import batches
+from tests.helpers.plans import ACT, OBS, hooked
 
 CFG = spectral_reg.SpectralRegConfig()
 

@@ -1,5 +1,5 @@
 """launch/sweep.py on the local executor, as a user runs it, with a stand-in run script
-(tests/sweep_fake_run.py) that keeps the run-script contract and takes a second or so."""
+(tests/helpers/sweep_fake_run.py) that keeps the run-script contract and takes a second or so."""
 
 import contextlib
 import csv
@@ -27,7 +27,7 @@ def scripts(tmp_path_factory):
     """A script folder whose run_sac.py and run_bro.py are the stand-in."""
     folder = tmp_path_factory.mktemp("scripts")
     for agent in ("sac", "bro"):
-        (folder / f"run_{agent}.py").symlink_to(ROOT / "tests" / "sweep_fake_run.py")
+        (folder / f"run_{agent}.py").symlink_to(ROOT / "tests" / "helpers" / "sweep_fake_run.py")
     return folder
 
 

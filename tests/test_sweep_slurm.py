@@ -1,14 +1,14 @@
 """launch/sweep.py --executor=slurm against a real single-node SLURM on localhost
-(tests/slurm_fixture.py), with the stand-in run script: a sweep finishes, and jobs stopped
+(tests/helpers/slurm_fixture.py), with the stand-in run script: a sweep finishes, and jobs stopped
 the two ways SLURM stops them (the time-limit signal, a requeue) resume and finish."""
 
 import subprocess
 
 import pytest
-from slurm_fixture import SlurmCluster, unavailable_reason
 from test_sweep_local import eval_rows, scripts, sweep_argv, wait_for  # noqa: F401 - fixture
 
 from launch.sweep_lib.state import SweepPaths, read_json
+from tests.helpers.slurm_fixture import SlurmCluster, unavailable_reason
 
 
 @pytest.fixture(scope="module")

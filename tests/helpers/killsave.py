@@ -1,6 +1,6 @@
 """Run a launch script and SIGKILL it in the middle of writing its N-th checkpoint.
 
-    python tests/killsave.py N launch/run_sac.py --flags...
+    python tests/helpers/killsave.py N launch/run_sac.py --flags...
 
 KILLSAVE_SIGNAL=SIGINT sends that signal instead (a Ctrl-C while saving).
 

@@ -1,7 +1,7 @@
 """Two toy interventions registered from outside the package, as a user's plugin would be,
 and a run script that registers them before it runs launch/run_sac.py:
 
-    python tests/toy_intervention.py --env=... --intervention=toy_scale_bias+toy_clamp ...
+    python tests/helpers/toy_intervention.py --env=... --intervention=toy_scale_bias+toy_clamp ...
 """
 
 import dataclasses
@@ -65,7 +65,7 @@ def register_toys() -> None:
 
 if __name__ == "__main__":
     register_toys()
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "launch",
-                          "run_sac.py")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = os.path.join(root, "launch", "run_sac.py")
     sys.argv = [script, *sys.argv[1:]]
     runpy.run_path(script, run_name="__main__")

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HELPERS = os.path.join(REPO, "tests", "helpers")
+KILLSAVE = os.path.join(HELPERS, "killsave.py")  # a run script SIGKILLed mid-checkpoint
 # The published curves, read-only data kept beside the project (../shared/reference), not in it.
 REFERENCE = Path(REPO).parent / "shared" / "reference"
 needs_reference = pytest.mark.skipif(

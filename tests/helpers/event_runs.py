@@ -2,12 +2,11 @@
 log its events to interventions.csv with the per-layer report, and a SAC run killed while
 writing a checkpoint resumes bit-identically."""
 
-import os
 import signal
 import subprocess
 import sys
 
-from tests.runs import FAST_SAC, REPO, read_csv, run, script
+from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 from tests.test_resume import assert_bit_identical, returns
 
 # 2 seeds, UTD 2, 125-step episodes, a checkpoint at every episode end; events at 200 (before
@@ -58,7 +57,7 @@ def sac_resumes_bit_identically(tmp_path, intervention: str, *extra: str) -> dic
     full = tmp_path / "full"
     run("run_sac.py", *SAC, f"--intervention={intervention}", *extra, f"--logdir={full}")
     args = [*SAC, f"--intervention={intervention}", *extra, f"--logdir={tmp_path / 'killed'}"]
-    killed = subprocess.run([sys.executable, os.path.join(REPO, "tests", "killsave.py"), "3",
+    killed = subprocess.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

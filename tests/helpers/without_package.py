@@ -1,6 +1,6 @@
 """Run a launch script as if a package were not installed.
 
-    python tests/without_package.py wandb launch/run_sac.py --flags...
+    python tests/helpers/without_package.py wandb launch/run_sac.py --flags...
 
 Importing the package, or any module in it, raises ModuleNotFoundError, as on a machine
 without it.
