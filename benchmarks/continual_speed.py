@@ -21,6 +21,7 @@ them, for none and every registered method, each timed from its start (compilati
 """
 
 import argparse
+import collections
 import dataclasses
 import os
 import tempfile
@@ -32,6 +33,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 from bench_utils import best_time, flops, matmul_peak, xla_flags
+from recording import record
 
 from continual.config import CONTINUAL_DEFAULTS
 from continual.data import load_digits
@@ -41,6 +43,7 @@ from continual.tasks import BENCHMARKS, Source
 from interventions import registered
 
 MNIST_IMAGES, MNIST_PIXELS = 60_000, 784
+Rows = list[tuple[str, float, str]]
 
 
 def mnist_sized(seed: int = 0) -> Source:
@@ -82,7 +85,13 @@ def task_call(run: ContinualRun):
     return go, states
 
 
-def step_part(seeds: int, rounds: int) -> None:
+def medians(measured: dict[tuple[str, str], list[float]], rounds: int) -> Rows:
+    """One result row per (metric, unit) timed in every round: the median of the rounds."""
+    return [(f"{metric} (median of {rounds} rounds)", float(np.median(values)), unit)
+            for (metric, unit), values in measured.items()]
+
+
+def step_part(seeds: int, rounds: int) -> Rows:
     run = make_run("random_label_mnist", mnist_sized(), "none", seeds, 1, tempfile.mkdtemp())
     rng = np.random.default_rng(0)
     batch = Examples(jnp.asarray(rng.random((seeds, 512, MNIST_PIXELS)), jnp.float32),
@@ -94,6 +103,9 @@ def step_part(seeds: int, rounds: int) -> None:
     steps = run.protocol.steps
     print(f"XLA_FLAGS: {xla_flags()}; {seeds} seeds, batch 512, 784-256-10 MLP with LayerNorm; "
           f"{step_flops / 1e9:.2f} GFLOP per step (all seeds)")
+    what = f"MNIST MLP step, batch 512, {seeds} seeds"
+    task = f"random_label_mnist task call ({steps} steps + final accuracy), {seeds} seeds"
+    measured = collections.defaultdict(list)
     for r in range(rounds):
         peak, size = matmul_peak()
         t_step = best_time(lambda: jax.block_until_ready(update(states, batch)))
@@ -102,14 +114,25 @@ def step_part(seeds: int, rounds: int) -> None:
               f"{seeds / t_step:.0f} seed-steps/s, {step_flops / t_step / peak:.1%} of the peak; "
               f"task call ({steps} steps + final accuracy) {t_task * 1e3:.0f} ms, training "
               f"FLOPs at {steps * step_flops / t_task / peak:.1%} of the peak")
+        for key, value in ((("matmul peak (float32)", "GFLOP/s"), peak / 1e9),
+                           ((what, "ms"), t_step * 1e3), ((what, "seed-steps/s"), seeds / t_step),
+                           ((what, "% of matmul peak"), 100 * step_flops / t_step / peak),
+                           ((task, "ms"), t_task * 1e3),
+                           ((f"{task}, training FLOPs", "% of matmul peak"),
+                            100 * steps * step_flops / t_task / peak)):
+            measured[key].append(value)
+    return [(f"{what}, FLOPs (all seeds)", step_flops / 1e9, "GFLOP"),
+            *medians(measured, rounds)]
 
 
-def events_part(data: str, seeds: int, rounds: int) -> None:
+def events_part(data: str, seeds: int, rounds: int) -> Rows:
     task, source = source_of(data)
     print(f"{task}: what interventions add to a task")
     base = make_run(task, source, "none", seeds, 2, tempfile.mkdtemp())
     go_none, _ = task_call(base)
+    measured = collections.defaultdict(list)
     for name, method in registered().items():
+        what = f"{task}, {seeds} seeds, {name}"
         run = make_run(task, source, name, seeds, 2, tempfile.mkdtemp())
         go, states = task_call(run)
         for r in range(rounds):
@@ -122,15 +145,25 @@ def events_part(data: str, seeds: int, rounds: int) -> None:
                 event = max(t_event - copy, 0.0)
                 print(f"{name} (event) round {r}: event {event * 1e3:.1f} ms (its report "
                       f"included), task {t_task * 1e3:.0f} ms: +{event / t_task:.2%} per task")
+                values = {(f"{what}, one event (its report included)", "ms"): event * 1e3,
+                          (f"{what}, one task's call", "ms"): t_task * 1e3,
+                          (f"{what}, an event per task adds", "%"): 100 * event / t_task}
             else:
                 t_none = best_time(go_none, repeats=3)
                 print(f"{name} ({method.kind}) round {r}: task {t_task * 1e3:.0f} ms against "
                       f"{t_none * 1e3:.0f} ms without: +{t_task / t_none - 1:.1%}")
+                values = {(f"{what}, one task's call", "ms"): t_task * 1e3,
+                          (f"{what}, one task's call with no method, timed beside", "ms"):
+                          t_none * 1e3,
+                          (f"{what}, added to a task's call", "%"): 100 * (t_task / t_none - 1)}
+            for key, value in values.items():
+                measured[key].append(value)
+    return medians(measured, rounds)
 
 
-def comparison_part(data: str, seeds: int, tasks: int) -> None:
+def comparison_part(data: str, seeds: int, tasks: int) -> Rows:
     task, source = source_of(data)
-    total = 0.0
+    total, rows = 0.0, []
     methods = ["none", *registered()]
     print(f"{task} ({'scikit-learn digits' if data == 'digits' else 'MNIST-sized synthetic'}), "
           f"{tasks} tasks, {seeds} seeds, methods {', '.join(methods)}")
@@ -141,8 +174,11 @@ def comparison_part(data: str, seeds: int, tasks: int) -> None:
         seconds = time.perf_counter() - start
         total += seconds
         print(f"  {name}: {seconds:.1f} s")
+        rows.append((f"{task}, {tasks} tasks, {seeds} seeds, whole run with {name}", seconds, "s"))
     print(f"whole comparison: {total / 60:.1f} min for {len(methods)} methods (load average "
           f"now {os.getloadavg()[0]:.1f})")
+    return [*rows, (f"{task}, {tasks} tasks, {seeds} seeds, whole comparison of "
+                    f"{len(methods)} methods", total / 60, "min")]
 
 
 def main() -> None:
@@ -157,14 +193,16 @@ def main() -> None:
     parts = args.parts.split(",")
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {os.cpu_count()} cores; "
           f"load average at the start {os.getloadavg()[0]:.1f}")
+    rows = []
     if "step" in parts:
-        step_part(args.seeds, args.rounds)
+        rows += step_part(args.seeds, args.rounds)
     if "events" in parts:
         for data in args.data.split(","):
-            events_part(data, args.seeds, args.rounds)
+            rows += events_part(data, args.seeds, args.rounds)
     if "comparison" in parts:
         for data in args.data.split(","):
-            comparison_part(data, args.seeds, args.tasks)
+            rows += comparison_part(data, args.seeds, args.tasks)
+    record("continual_speed", rows)
 
 
 if __name__ == "__main__":

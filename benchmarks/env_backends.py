@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 from absl import app, flags, logging
+from recording import record
 
 from envs import make_vector_env
 
@@ -41,23 +42,36 @@ def main(_):
     logging.set_verbosity(logging.WARNING)  # dm_control's INFO lines on loading MuJoCo
     print(f"{os.cpu_count()} CPU cores; {FLAGS.steps} vector steps per round, "
           f"{FLAGS.rounds} rounds")
-    for name in FLAGS.envs:
-        for count in map(int, FLAGS.counts):
-            envs = {backend: make_vector_env(name, list(range(count)), backend=backend)
-                    for backend in ("dm_control", "envpool")}
-            for env in envs.values():
-                env.reset()
-                steps_per_second(env, 50, np.random.default_rng(1))  # warm up
-            rates = {backend: [] for backend in envs}
-            for _ in range(FLAGS.rounds):
-                for backend, env in envs.items():
-                    rates[backend].append(
-                        steps_per_second(env, FLAGS.steps, np.random.default_rng(0)))
-            ratios = np.array(rates["envpool"]) / np.array(rates["dm_control"])
-            print(f"{name}, {count} env(s): dm_control {np.median(rates['dm_control']):,.0f} "
-                  f"steps/s, envpool {np.median(rates['envpool']):,.0f} steps/s (medians); "
-                  f"envpool / dm_control {np.median(ratios):.2f}x (rounds "
-                  f"{ratios.min():.2f}-{ratios.max():.2f})", flush=True)
+    rows = []
+    try:
+        for name in FLAGS.envs:
+            for count in map(int, FLAGS.counts):
+                envs = {backend: make_vector_env(name, list(range(count)), backend=backend)
+                        for backend in ("dm_control", "envpool")}
+                for env in envs.values():
+                    env.reset()
+                    steps_per_second(env, 50, np.random.default_rng(1))  # warm up
+                rates = {backend: [] for backend in envs}
+                for _ in range(FLAGS.rounds):
+                    for backend, env in envs.items():
+                        rates[backend].append(
+                            steps_per_second(env, FLAGS.steps, np.random.default_rng(0)))
+                ratios = np.array(rates["envpool"]) / np.array(rates["dm_control"])
+                print(f"{name}, {count} env(s): dm_control "
+                      f"{np.median(rates['dm_control']):,.0f} steps/s, envpool "
+                      f"{np.median(rates['envpool']):,.0f} steps/s (medians); envpool / "
+                      f"dm_control {np.median(ratios):.2f}x (rounds "
+                      f"{ratios.min():.2f}-{ratios.max():.2f})", flush=True)
+                what = f"{name}, {count} env(s)"
+                rows += [(f"{what}, {backend}, all envs' steps (median of {FLAGS.rounds} "
+                          "rounds)", np.median(rates[backend]), "steps/s")
+                         for backend in ("dm_control", "envpool")]
+                rows += [(f"{what}, envpool over dm_control (median of {FLAGS.rounds} rounds)",
+                          np.median(ratios), "x"),
+                         (f"{what}, envpool over dm_control, lowest round", ratios.min(), "x"),
+                         (f"{what}, envpool over dm_control, highest round", ratios.max(), "x")]
+    finally:  # the tasks measured before one EnvPool refuses are recorded too
+        record("env_backends", rows)
 
 
 if __name__ == "__main__":

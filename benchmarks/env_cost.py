@@ -20,6 +20,7 @@ from absl import app, flags
 os.environ.setdefault("MUJOCO_GL", "disabled")
 
 import numpy as np  # noqa: E402
+from recording import record  # noqa: E402
 
 from envs import make_env  # noqa: E402
 from launch.config import MAX_SEEDS
@@ -54,6 +55,7 @@ def main(argv):
     del argv
     print(f"{'task':<18} {'build':>9} {'resident':>10} {'model+data':>11} {'step':>9}   "
           f"{MAX_SEEDS:,} seeds: build, one step, 1M steps")
+    rows = []
     for name in FLAGS.envs:
         m = measure(name, FLAGS.count, FLAGS.steps)
         envs = 2 * MAX_SEEDS
@@ -61,6 +63,16 @@ def main(argv):
               f"{m['nbytes'] / 2**20:>7.1f} MiB {m['step'] * 1e6:>6.0f} us   "
               f"{envs * m['build']:>5.0f} s, {MAX_SEEDS * m['step'] * 1e3:>5.0f} ms, "
               f"{MAX_SEEDS * m['step'] * 1e6 / 3600:>5.1f} h")
+        seeds = f"{name}, {MAX_SEEDS:,} seeds"
+        rows += [(f"{name}, one env, build and reset", m["build"] * 1e3, "ms"),
+                 (f"{name}, one env, resident memory", m["resident"] / 2**20, "MiB"),
+                 (f"{name}, one env, MuJoCo model and data", m["nbytes"] / 2**20, "MiB"),
+                 (f"{name}, one env step, zero actions", m["step"] * 1e6, "us"),
+                 (f"{seeds}, building their {envs:,} envs", envs * m["build"], "s"),
+                 (f"{seeds}, one step of each", MAX_SEEDS * m["step"] * 1e3, "ms"),
+                 (f"{seeds}, 1M steps of each, env stepping alone",
+                  MAX_SEEDS * m["step"] * 1e6 / 3600, "h")]
+    record("env_cost", rows)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from bench_utils import xla_flags  # sets the XLA:CPU options training runs with
+from recording import record
 
 from agents import make_agent
 from agents.common import Batch
@@ -32,6 +33,9 @@ from launch.config import TrainConfig
 from launch.events import build_intervention, intervention_plan, with_hooks
 
 OBS_DIM, ACT_DIM = 67, 21  # humanoid
+# The table's columns and yardsticks, as the recorded rows name them.
+PARTS = {"event": "the event alone", "needs": "its fresh init", "loop": "the loop's whole call",
+         "report": "the per-layer report alone", "update": "one UTD-1 update, batch 256"}
 
 
 def transitions(lead: tuple[int, ...], seed: int) -> Batch:
@@ -95,6 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"SAC default networks, obs {OBS_DIM}, act {ACT_DIM}; {jax.devices()[0].platform}; "
           f"XLA_FLAGS {xla_flags()}")
+    results = []
     for seeds in args.seeds:
         calls = {(name, part): call for name in args.events
                  for part, call in event_calls(name, seeds).items()}
@@ -117,6 +122,15 @@ def main() -> None:
         for part in ("report", "update"):
             t = times[("(yardstick)", part)]
             print(f"{part:<12} {1e3 * min(t):8.1f} {1e3 * statistics.median(t):8.1f}")
+        for name in [*rows, "(yardstick)"]:
+            for part, described in PARTS.items():
+                if (t := times.get((name, part))):
+                    what = f"SAC, {seeds} seed(s), " + (described if name == "(yardstick)"
+                                                        else f"{name}, {described}")
+                    results += [(f"{what}, best of {args.rounds} rounds", 1e3 * min(t), "ms"),
+                                (f"{what}, median of {args.rounds} rounds",
+                                 1e3 * statistics.median(t), "ms")]
+    record("events", results)
 
 
 if __name__ == "__main__":

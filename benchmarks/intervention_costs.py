@@ -25,6 +25,7 @@ import jax
 import numpy as np
 from absl import app, flags
 from bench_utils import compile_update, random_batches, xla_flags
+from recording import record
 
 from agents import make_agent
 from interventions import clip_event_report, registered
@@ -51,14 +52,17 @@ def agent_with(intervention: str, seeds: int):
     return with_hooks(agent, plan), plan, cfg
 
 
-def per_step(seeds: int, rounds: int) -> None:
+def per_step(seeds: int, rounds: int) -> list[tuple[str, float, str]]:
+    """Time each per-step method's update against none's; its printed numbers as result rows."""
     names = ["none"] + (FLAGS.methods or [n for n, m in registered().items()
                                           if m.kind != "event"])
-    updates = {}
+    updates, rows = {}, []
     for name in names:
         agent, _, _ = agent_with(name, seeds)
         updates[name] = compile_update(agent, FLAGS.obs_dim, FLAGS.act_dim, seeds, UTD, BATCH)
         print(f"  compiled {name} ({updates[name].compile_seconds:.1f} s)", flush=True)
+        rows.append((f"SAC update with {name}, UTD {UTD}, {seeds} seed(s), compilation",
+                     updates[name].compile_seconds, "s"))
     walls, cpus = {name: [] for name in names}, {name: [] for name in names}
     for _ in range(rounds):
         for name in names:
@@ -76,6 +80,15 @@ def per_step(seeds: int, rounds: int) -> None:
               f"{np.median(ratio):.3f} x none's (rounds {ratio.min():.3f}-{ratio.max():.3f}); "
               f"per CPU second {np.median(cpu_ratio):.3f} x none's; FLOPs per step "
               f"{arithmetic:.3f} x none's")
+        what = f"SAC update with {name}, UTD {UTD}, {seeds} seed(s)"
+        median = f"median of {rounds} rounds"
+        rows += [(f"{what} ({median})", seeds * UTD / np.median(walls[name]), "seed-updates/s"),
+                 (f"{what}, over none's ({median})", np.median(ratio), "x"),
+                 (f"{what}, over none's, lowest round", ratio.min(), "x"),
+                 (f"{what}, over none's, highest round", ratio.max(), "x"),
+                 (f"{what}, per CPU second over none's ({median})", np.median(cpu_ratio), "x"),
+                 (f"{what}, FLOPs per step over none's", arithmetic, "x")]
+    return rows
 
 
 def cpu_seconds() -> float:
@@ -93,7 +106,8 @@ def timed(call, calls: int) -> tuple[float, float]:
     return (time.perf_counter() - wall) / calls, (cpu_seconds() - cpu) / calls
 
 
-def events(seeds: int, rounds: int) -> None:
+def events(seeds: int, rounds: int) -> list[tuple[str, float, str]]:
+    """Time each event as a run calls it, and the report alone; the printed times as rows."""
     keys = jax.numpy.stack([jax.random.key(s) for s in range(seeds)])
     data_fn = lambda env_step, n, size: random_batches(seeds, n, size, FLAGS.obs_dim,
                                                        FLAGS.act_dim)
@@ -118,15 +132,21 @@ def events(seeds: int, rounds: int) -> None:
             cpus[name].append(cpu)
     print(f"events on SAC's default networks, {seeds} seed(s), as a run calls them (with the "
           f"per-layer report), medians of {rounds} rounds:")
+    rows = []
     for name in calls:
         print(f"  {name:>18}: {np.median(walls[name]):.3f} s, {np.median(cpus[name]):.3f} CPU s")
+        what = f"{name.strip('()')}, SAC, {seeds} seed(s), one call (median of {rounds} rounds)"
+        rows += [(f"{what}, wall", np.median(walls[name]), "s"),
+                 (f"{what}, CPU", np.median(cpus[name]), "CPU s")]
+    return rows
 
 
 def main(_):
     print(f"devices: {jax.devices()}; XLA_FLAGS: {xla_flags()}")
-    per_step(FLAGS.seeds, FLAGS.rounds)
+    rows = per_step(FLAGS.seeds, FLAGS.rounds)
     if FLAGS.events:
-        events(FLAGS.seeds, FLAGS.rounds)
+        rows += events(FLAGS.seeds, FLAGS.rounds)
+    record("intervention_costs", rows)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 from absl import app, flags
 from bench_utils import sac_trainer, xla_flags
+from recording import record
 
 flags.DEFINE_string("env", "humanoid-stand", "Task trained.")
 flags.DEFINE_list("seeds", ["1", "4"], "Seed counts (each a set of trainers).")
@@ -37,6 +38,7 @@ def label(backend: str, on_device: bool) -> str:
 
 def main(_):
     print(f"devices: {jax.devices()}; XLA_FLAGS: {xla_flags()}")
+    rows = []
     for seeds in map(int, FLAGS.seeds):
         with tempfile.TemporaryDirectory() as logdir:
             runs = {}
@@ -68,6 +70,14 @@ def main(_):
                       f"{np.median(values):.1f} env steps/s ({seeds * np.median(values):.1f} "
                       f"seed-steps/s), {np.median(ratios):.2f}x the defaults (rounds "
                       f"{ratios.min():.2f}-{ratios.max():.2f})", flush=True)
+                what = f"{FLAGS.env}, SAC UTD {FLAGS.utd}, {seeds} seed(s), {label(*key)}"
+                median = f"median of {FLAGS.rounds} rounds"
+                rows += [(f"{what} ({median})", np.median(values), "env steps/s"),
+                         (f"{what} ({median})", seeds * np.median(values), "seed-steps/s"),
+                         (f"{what}, over the defaults ({median})", np.median(ratios), "x"),
+                         (f"{what}, over the defaults, lowest round", ratios.min(), "x"),
+                         (f"{what}, over the defaults, highest round", ratios.max(), "x")]
+    record("loop_options", rows)
 
 
 if __name__ == "__main__":

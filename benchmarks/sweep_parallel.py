@@ -24,6 +24,7 @@ import sys
 import tempfile
 
 from absl import app, flags
+from recording import record
 
 from launch.sweep_lib.state import SweepPaths, read_json
 
@@ -103,6 +104,7 @@ def main(argv):
     alone = max(rate for rate, _ in results[(counts[0], False)])
     print(f"\nbest of {FLAGS.rounds} round(s): aggregate seed-steps/s (x {counts[0]} job(s) "
           "alone), seed-steps per CPU second")
+    rows = []
     for n in counts:
         row = [f"{n} job(s):"]
         for pinned in ((False,) if n == 1 else (False, True)):
@@ -110,7 +112,14 @@ def main(argv):
             per_cpu = max(c for _, c in results[(n, pinned)])
             row.append(f"{'pinned' if pinned else 'unpinned'} {rate:.1f} ({rate / alone:.2f}x), "
                        f"{per_cpu:.1f}")
+            what = (f"{FLAGS.env}, {n} one-seed job(s) at once, {FLAGS.max_steps:,} env steps "
+                    f"each, {'pinned' if pinned else 'unpinned'} (best of {FLAGS.rounds} "
+                    "round(s))")
+            rows += [(f"{what}, aggregate", rate, "seed-steps/s"),
+                     (f"{what}, over {counts[0]} job(s) alone", rate / alone, "x"),
+                     (f"{what}, per CPU second", per_cpu, "seed-steps/CPU s")]
         print("  ".join(row))
+    record("sweep_parallel", rows)
 
 
 if __name__ == "__main__":
