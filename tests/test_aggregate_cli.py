@@ -116,6 +116,7 @@ def test_a_bootstrap_beyond_memory_is_one_line_naming_the_flags_that_size_it(log
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_an_aggregation_into_an_earlier_ones_out_leaves_none_of_its_figures(grouped, logdir,
                                                                             tmp_path):
     """Tables are rewritten every time; figures this aggregation does not draw (--plots=false,
@@ -151,6 +152,7 @@ def test_reference_sac_reproduces_501_and_missing_seeds_warn(tmp_path):
     assert "| SAC | 0.501 [" in result.stdout
 
 
+@pytest.mark.slow
 def test_warnings_are_printed_and_kept_in_the_outputs(tmp_path):
     logdir = tmp_path / "runs"
     write_project_run(logdir, "cheetah-run", "a", {0: [(10_000, 5.0)], 1: [(10_000, 7.0)]},
@@ -227,6 +229,7 @@ def bad_inputs(tmp_path, logdir):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing path", "no runs", "no --runs", "labels",
                                   "group key", "group key twice", "reps", "seed",
                                   "empty runs entry", "empty label",

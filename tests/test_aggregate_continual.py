@@ -63,6 +63,7 @@ def test_table_curve_and_improvement_match_direct_computation(tmp_path):
     assert poi["none (no LayerNorm)"]["probability"] == pytest.approx(wins)
 
 
+@pytest.mark.slow
 def test_aggregate_and_condition_number_commands(tmp_path):
     rng = np.random.default_rng(1)
     for name in ("clip", "none"):
@@ -95,6 +96,7 @@ def test_anisotropic_matrix_has_d_unit_directions_at_the_original_norm():
     np.testing.assert_allclose(vt_w[:3].T @ vt_w[:3], vt_k[:3].T @ vt_k[:3], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_anisotropic_init_command(tmp_path):
     run("anisotropic_init.py", "--ds=1,64", "--seeds=2", "--examples=32", "--max_steps=200",
         "--eval_every=50", "--hidden_dim=16", f"--out={tmp_path}")
@@ -132,6 +134,7 @@ def test_sweep_grid_of_continual_methods_tasks_and_c_values(tmp_path):
         assert all(w in str(e.value) for w in words), str(e.value)
 
 
+@pytest.mark.slow
 def test_the_comparison_in_one_command(tmp_path):
     proc = run("compare_continual.py", "--tasks=random_label_digits", "--interventions=none,clip",
                "--seeds=2", f"--logdir={tmp_path}", "--reps=200", "--", "--num_tasks=2",

@@ -122,6 +122,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_flag_is_one_line_and_exit_2(case, tmp_path):
     args, expected = CASES[case]
@@ -134,6 +135,7 @@ def test_bad_flag_is_one_line_and_exit_2(case, tmp_path):
     assert not logdir.exists(), "nothing is written for a rejected command"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, flags, warning", [
     ("run_sac.py", [*FAST_SAC, "--intervention=clip", "--clip_sides=upper"], None),
     # BRO resets by default; --clip_ns_steps without newton_schulz is an error only with clip
@@ -153,6 +155,7 @@ def test_dry_run_checks_the_settings_and_trains_nothing(tmp_path, name, flags, w
         "error: --clip_c must be a finite number >= 1")
 
 
+@pytest.mark.slow
 def test_dry_run_checks_the_run_directory(tmp_path):
     """As a run checks it, in the code both run scripts share (launch/runner.py)."""
     name, flags = "run_sac.py", FAST_SAC
@@ -220,6 +223,7 @@ def test_a_run_directory_too_long_for_its_checkpoints_is_refused_before_training
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_running_out_of_memory_is_one_line_naming_the_buffer(tmp_path):
     """numpy's MemoryError building the buffer (a --buffer_capacity too large for the RAM)."""
     code = ("import runpy, sys, replay.buffer as b\n"
@@ -237,6 +241,7 @@ def test_running_out_of_memory_is_one_line_naming_the_buffer(tmp_path):
         "or free memory; no checkpoint was written")
 
 
+@pytest.mark.slow
 def test_networks_too_large_for_memory_are_refused_before_anything_compiles(tmp_path):
     """The state's size, traced, against the device's memory: on a GPU XLA can compile such
     networks for over a minute before failing; here it takes no compilation."""
@@ -253,6 +258,7 @@ def test_networks_too_large_for_memory_are_refused_before_anything_compiles(tmp_
         assert re.fullmatch(expected, last), last
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(jax.default_backend() != "cpu",
                     reason="on a GPU XLA can compile these networks for minutes before failing")
 def test_an_allocation_that_fails_while_training_is_one_line_naming_what_sets_its_size(tmp_path):
@@ -274,6 +280,7 @@ def test_an_allocation_that_fails_while_training_is_one_line_naming_what_sets_it
                          "was written")
 
 
+@pytest.mark.slow
 def test_the_state_size_check_counts_every_byte_and_refuses_only_past_the_memory(monkeypatch):
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(8, 8)))
     init_fn, keys = train.seed_init(agent, range(3), 5, 2)
@@ -332,6 +339,7 @@ def test_the_memory_check_counts_buffer_envs_states_and_process_before_building_
     resources.check_fits(init_fn, keys, cfg, env)
 
 
+@pytest.mark.slow
 def test_a_run_too_large_for_the_hosts_memory_is_refused_before_its_envs_are_built(tmp_path):
     """1,000 seeds' envs alone are more than 2 GiB, the memory this run is given."""
     code = ("import runpy, sys, launch.resources as r, launch.train as t\n"
@@ -351,6 +359,7 @@ def test_a_run_too_large_for_the_hosts_memory_is_refused_before_its_envs_are_bui
                         r"written", last), last
 
 
+@pytest.mark.slow
 def test_a_run_directory_whose_lock_cannot_be_opened_is_unwritable(tmp_path):
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
     (run_dir / ".lock").mkdir(parents=True)  # as a read-only directory would refuse it
@@ -361,6 +370,7 @@ def test_a_run_directory_whose_lock_cannot_be_opened_is_unwritable(tmp_path):
         "writable --logdir"]
 
 
+@pytest.mark.slow
 def test_logdir_holding_a_run_with_another_config(tmp_path):
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
     run_dir.mkdir(parents=True)
@@ -430,6 +440,7 @@ def test_results_without_config_json_are_not_resumed_or_overwritten(tmp_path):
         resume_state(cfg, record)
 
 
+@pytest.mark.slow
 def test_resume_never_refuses_an_existing_run_and_must_needs_a_checkpoint(tmp_path):
     proc = run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--resume=must", check=False,
                timeout=60)
@@ -483,6 +494,7 @@ def test_array_sizes_past_int32_are_refused_with_the_setting_named():
             dataclasses.replace(SACConfig(), **config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, expected", BRO_CASES)
 def test_run_bro_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
     proc = run("run_bro.py", f"--logdir={tmp_path}/runs", *args, check=False, timeout=60)
@@ -491,6 +503,7 @@ def test_run_bro_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script, flag", [("run_sac.py", "--clip_ns_steps"),
                                           ("run_bro.py", "--init_scale"),
                                           ("aggregate.py", "--runs"), ("sweep.py", "--envs")])
@@ -499,6 +512,7 @@ def test_help_exits_0_and_lists_the_flags(script, flag):
     assert flag in proc.stdout
 
 
+@pytest.mark.slow
 def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
     assert schedule_warning(TrainConfig(intervention="reset", intervention_steps=(100, 300),
                                         max_steps=300)) == (
@@ -569,6 +583,7 @@ def test_train_envs_seeded_like_eval_envs_are_warned_about():
         "the eval env of seed 0 has dm_control seed 0, which the train env of seed 0 has too")
 
 
+@pytest.mark.slow
 def test_a_diagnostics_batch_no_buffer_of_the_run_holds_is_warned_about(tmp_path):
     assert diagnostics_warning(TrainConfig(max_steps=1000, start_steps=10)) is None
     assert diagnostics_warning(TrainConfig(max_steps=1000, start_steps=10,
@@ -590,6 +605,7 @@ def test_a_diagnostics_batch_no_buffer_of_the_run_holds_is_warned_about(tmp_path
                                            diagnostics=False)) is None
 
 
+@pytest.mark.slow
 def test_a_run_directory_in_use_or_with_an_unreadable_config_is_refused(tmp_path):
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "none-utd1-seed0"
     run_dir.mkdir(parents=True)
@@ -611,6 +627,7 @@ def test_a_run_directory_in_use_or_with_an_unreadable_config_is_refused(tmp_path
         f"error: cannot resume: {run_dir / 'config.json'} cannot be read (JSONDecodeError")
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_training_is_one_line_and_exit_1(tmp_path):
     """The checkpoint write fails as on a full disk: one line saying how to resume."""
     patched = ("import runpy, sys; from launch import train\n"

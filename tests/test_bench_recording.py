@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SPEC = importlib.util.spec_from_file_location(  # by path: benchmarks/ is not on sys.path
     "benchmarks_recording", os.path.join(ROOT, "benchmarks", "recording.py"))
@@ -43,6 +45,7 @@ def test_record_appends_rows_under_one_header(tmp_path, monkeypatch):
     assert recording.read(str(path)) == rows
 
 
+@pytest.mark.slow
 def test_a_benchmark_script_records_its_results(tmp_path):
     path = tmp_path / "results.csv"
     env = {**os.environ, "BENCH_RESULTS": str(path),

@@ -106,6 +106,7 @@ def test_quantile_loss_minimiser_is_the_quantile():
     np.testing.assert_allclose(pred[0], expected, atol=0.05)
 
 
+@pytest.mark.slow
 def test_gaussian_kl_matches_monte_carlo_of_tanh_policies():
     k = jax.random.split(jax.random.key(0), 5)
     mean_p, mean_q = jax.random.normal(k[0], (3,)), jax.random.normal(k[1], (3,))
@@ -124,6 +125,7 @@ def test_gaussian_kl_matches_monte_carlo_of_tanh_policies():
 # The optimistic actor and its scalars
 
 
+@pytest.mark.slow
 def test_kl_metric_is_the_mean_shift(init):
     """BRO's KL per action dim: sum_d (mean_o - mean_c)^2 / (2 std_c^2) / |A|, batch mean
     (the std multiplier undone, as in the BRO reference)."""
@@ -140,6 +142,7 @@ def test_kl_metric_is_the_mean_shift(init):
     assert float(metrics["kl"]) == pytest.approx(expected, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_scalars_move_in_bro_directions(init, update):
     """KL per dim above target: beta_opt down, lambda_KL up; below: the reverse. Entropy above
     target: temperature down; below: up."""
@@ -162,6 +165,7 @@ def test_scalars_move_in_bro_directions(init, update):
     assert value(new.optimism) < 1.0 and value(new.kl_weight) > 0.25
 
 
+@pytest.mark.slow
 def test_act_collects_with_the_optimistic_policy(init):
     state = init(jax.random.key(0))
     # A moderate std (raw log-std 0.6: std_c 0.46) and a visible shift, so both are measurable.
@@ -244,6 +248,7 @@ def test_reset_restores_every_part_bit_identically(init, update):
     assert int(reset.step) == 2
 
 
+@pytest.mark.slow
 def test_update_scans_the_utd_minibatches_in_order(init, update):
     """One update on (2, batch) minibatches equals two updates on one minibatch each."""
     state = init(jax.random.key(0))
@@ -359,6 +364,7 @@ def runs(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("intervention", ["reset", "clip", "none"])
 def test_run_bro_writes_the_run(runs, intervention):
     run_dir, stderr = runs[intervention]
@@ -391,6 +397,7 @@ def test_run_bro_writes_the_run(runs, intervention):
     assert config["srank_threshold"] == (0.5 if intervention == "none" else 0.99)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("intervention", ["reset", "clip"])
 def test_run_bro_intervenes_at_the_scheduled_steps(runs, intervention):
     run_dir, _ = runs[intervention]
@@ -403,6 +410,7 @@ def test_run_bro_intervenes_at_the_scheduled_steps(runs, intervention):
     assert {r["network"] for r in rows} >= {"optimistic_actor", "target_critic"}
 
 
+@pytest.mark.slow
 def test_run_bro_none_never_intervenes(runs):
     run_dir, _ = runs["none"]
     path = run_dir / "interventions.csv"
@@ -420,6 +428,7 @@ for argv in {cases!r}:
 """
 
 
+@pytest.mark.slow
 def test_default_schedule_is_bros_reset_list():
     cases = [["--max_steps=300000"], ["--max_steps=300000", "--utd=2"],
              ["--max_steps=300000", "--intervention=clip"],
@@ -433,6 +442,7 @@ def test_default_schedule_is_bros_reset_list():
         "[15001, 50001, 250001]", "[15001]", "[15001, 50001, 250001]", "[]", "[]", "[7, 9]"]
 
 
+@pytest.mark.slow
 def test_init_scale_sets_every_kernel_but_the_log_std_and_shift_heads():
     state = bro.init(jax.random.key(0), OBS, ACT, dataclasses.replace(SMALL, init_scale=0.5))
     params = {"actor": state.actor.params, "optimistic_actor": state.optimistic_actor.params,

@@ -43,6 +43,7 @@ def perturbed(params, key):
     return jax.tree.unflatten(treedef, moved)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [0, 1, 2, 3, 4])
 def test_bronet_matches_numpy_for_any_depth(depth):
     net = BroNet(WIDTH, depth)
@@ -58,6 +59,7 @@ def test_bronet_matches_numpy_for_any_depth(depth):
     np.testing.assert_allclose(out, expected, rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [0, 2])
 def test_bronet_records_every_hidden_activation(depth):
     net = BroNet(WIDTH, depth)
@@ -95,6 +97,7 @@ def test_orthogonal_init_equals_lapack_qr_init(shape):
     np.testing.assert_allclose(ours, lapack, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_quantile_critic_ensemble_shapes_and_independence():
     critic = Ensemble(QuantileCritic(WIDTH, 1, num_quantiles=9), 2)
     obs, act = jnp.ones((BATCH, IN)), jnp.ones((BATCH, 3))
@@ -119,6 +122,7 @@ def test_actor_heads_and_log_std_bounds():
         np.testing.assert_allclose(s, scale, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_optimistic_actor_shift_and_std():
     net = OptimisticActor(WIDTH, 1, std_multiplier=0.75, shift_init_scale=0.01)
     k = jax.random.split(jax.random.key(0), 4)

@@ -16,6 +16,8 @@ from continual.loop import ContinualRun, make_train_task
 from continual.tasks import BENCHMARKS, Protocol, Source, draw_task, task_images
 from networks.classifiers import BATCH_NORM_EPSILON
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 
 def batch(shape, n=16, classes=10, seed=0) -> Examples:
     rng = np.random.default_rng(seed)

@@ -11,6 +11,8 @@ from agents.common import Batch
 from agents.sac import SACConfig, init, networks, update
 from networks import Critic, Ensemble
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 SEEDS, BATCH, OBS, ACT, WIDTH = 3, 24, 5, 2, 16
 
 

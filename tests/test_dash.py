@@ -19,6 +19,8 @@ from tests.helpers.batches import random_batch
 from tests.helpers.toy_learner import Classifier, ConvNet, ToyLearner, examples
 from tests.helpers.trees import assert_bit_identical
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 
 def flat(tree) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, np.float64)

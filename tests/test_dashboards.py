@@ -105,6 +105,7 @@ def logged_run(tmp_path_factory):
     return run_dir_of(logdir), proc
 
 
+@pytest.mark.slow
 def test_the_dashboards_hold_the_csv_files_values(logged_run):
     run_dir, proc = logged_run
     expected = expected_values(run_dir)
@@ -117,6 +118,7 @@ def test_the_dashboards_hold_the_csv_files_values(logged_run):
     assert f"tensorboard: event files in {run_dir / 'tensorboard'}" in proc.stderr
 
 
+@pytest.mark.slow
 def test_each_seed_is_a_run_with_the_runs_settings(logged_run):
     run_dir, _ = logged_run
     config = json.loads((run_dir / "config.json").read_text())
@@ -136,6 +138,7 @@ def test_each_seed_is_a_run_with_the_runs_settings(logged_run):
         assert wandb_config["log_to"] == ["tensorboard", "wandb"]
 
 
+@pytest.mark.slow
 def test_plot_run_draws_the_curves_and_the_diagnostics(logged_run, tmp_path):
     run_dir, _ = logged_run
     proc = run("plot_run.py", str(run_dir), f"--out={tmp_path}")
@@ -151,6 +154,7 @@ def test_plot_run_draws_the_curves_and_the_diagnostics(logged_run, tmp_path):
         assert width > 500 and height > 300
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,message", [
     ([], "give one run directory"),
     (["/nonexistent/run"], "/nonexistent/run is not a directory"),
@@ -167,6 +171,7 @@ def test_plot_run_refuses_what_is_no_run_with_one_line(args, message, tmp_path):
     assert proc.stderr.strip().count("\n") == 0 and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_run_killed_while_saving_and_resumed_holds_each_step_once(logged_run, tmp_path):
     """SIGKILL while the third checkpoint (env step 375) is written: the event files past the
     second are cut back, wandb's first part keeps what its service wrote (flushed often here,
@@ -188,6 +193,7 @@ def test_a_run_killed_while_saving_and_resumed_holds_each_step_once(logged_run, 
     assert all(len(wandb_segments(run_dir, run_id)) == 2 for run_id in ids.values())
 
 
+@pytest.mark.slow
 def test_dashboards_turned_on_at_a_resume_catch_up_from_the_csv_files(tmp_path):
     """A run started without dashboards, killed, and resumed with them: they get the rows up
     to the checkpoint from the CSV files, then the new ones."""
@@ -205,6 +211,7 @@ def test_dashboards_turned_on_at_a_resume_catch_up_from_the_csv_files(tmp_path):
     assert_wandb_holds(run_dir, expected)
 
 
+@pytest.mark.slow
 def test_run_bro_logs_to_both_dashboards(tmp_path):
     """A tiny BRO run (2 seeds, a reset at env step 30) holds its CSV values in both."""
     tiny = ["--env=cartpole-balance", "--critic_width=16", "--critic_depth=1",
@@ -227,6 +234,7 @@ def without(package: str, *args: str, timeout: float = 120):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dashboard,package,pin", [
     ("tensorboard", "tensorboardX", "tensorboardX==2.6.5"),
     ("wandb", "wandb", "wandb==0.31.0"),
@@ -250,12 +258,14 @@ def test_the_pip_commands_match_the_pins_of_setup_and_requirements():
         assert all(pin in text for pin in REQUIREMENTS.values()), name
 
 
+@pytest.mark.slow
 def test_wandb_mode_disabled_needs_no_wandb(tmp_path):
     proc = without("wandb", *FAST_SAC, "--log_to=wandb", "--wandb_mode=disabled", "--dry_run",
                    f"--logdir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag,accepted", [
     ("--log_to=tensorbord", "tensorboard, wandb"),
     ("--log_to=wandb,wandb", "tensorboard, wandb"),
@@ -269,6 +279,7 @@ def test_bad_dashboard_flags_are_refused_with_one_line(flag, accepted, tmp_path)
     assert all(name in lines[0] for name in accepted.split(", ")), proc.stderr
 
 
+@pytest.mark.slow
 def test_wandb_flags_without_wandb_warn(tmp_path):
     proc = run("run_sac.py", *FAST_SAC, "--wandb_project=p", "--dry_run", f"--logdir={tmp_path}")
     assert "warning: --wandb_project is not read: --log_to does not include wandb" in proc.stderr
@@ -285,6 +296,7 @@ def test_a_sweep_groups_its_wandb_runs_under_its_logdirs_name():
     assert not [a for a in plain.argv("/data/runs/clip_sweep") if "wandb" in a]
 
 
+@pytest.mark.slow
 def test_a_resumed_wandb_run_skips_the_steps_its_files_hold(tmp_path):
     """In one process: a first part logs steps 1-5 (its .wandb files hold them, in more than one
     32 KiB block), the run rewinds to step 3 and goes on to 7: each step once, the values of

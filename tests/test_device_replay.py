@@ -77,6 +77,7 @@ def test_draws_are_uniform_over_each_seed_s_filled_slots(inserts, capacity):
         assert not np.array_equal(slots[0], slots[1])
 
 
+@pytest.mark.slow
 def test_draws_depend_on_the_buffer_state_alone():
     """The same state draws the same slots (a restored buffer draws what the original would);
     each insert moves the draws on."""
@@ -112,6 +113,7 @@ def small_config(tmp_path, **kwargs) -> TrainConfig:
                                  logdir=str(tmp_path)), **kwargs})
 
 
+@pytest.mark.slow
 def test_a_step_sends_one_transition_per_seed_and_takes_the_actions_back(tmp_path,
                                                                          monkeypatch):
     """Past the random phase, away from episode ends, a training step makes no implicit
@@ -142,6 +144,7 @@ def test_a_step_sends_one_transition_per_seed_and_takes_the_actions_back(tmp_pat
         host.step_and_update(loop)
 
 
+@pytest.mark.slow
 def test_an_update_dispatched_before_its_env_step_trains_as_one_after_it(tmp_path):
     """As for the host replay: through the small ring's wrap-arounds and episode ends, whether
     each update goes before the env step (when its slots leave out the one the step writes) or
@@ -186,6 +189,7 @@ def _returns(logdir):
     return [(r["env_step"], r["seed"], r["return"]) for r in rows]
 
 
+@pytest.mark.slow
 def test_a_run_trains_and_one_killed_and_resumed_matches_it(tmp_path):
     """A run with the buffer on the device trains (finite losses, returns that change); one
     SIGKILLed while writing its 3rd checkpoint (env step 375; the ring of 300 has wrapped)
@@ -207,6 +211,7 @@ def test_a_run_trains_and_one_killed_and_resumed_matches_it(tmp_path):
     assert _returns(tmp_path / "killed") == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_buffer_too_large_for_the_device_is_refused_naming_the_sizes(tmp_path, dry_run):
     """2e9 slots per seed of cartpole's transitions (49 bytes each with the next observation)

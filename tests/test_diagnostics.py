@@ -160,6 +160,7 @@ def test_a_residual_stream_gets_srank_but_no_dormant_ratios():
     assert set(got["block_0/relu"]) == {"srank", "dormant_tau0", "dormant_tau0.025"}
 
 
+@pytest.mark.slow
 def test_sac_features_are_each_hidden_layers_output_after_its_relu():
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
     state = agent.init(jax.random.key(0), 4, 2)
@@ -192,6 +193,7 @@ def test_rows_label_each_seed_and_ensemble_member():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c", [1.5, 4.0])
 def test_clip_event_report(c):
     tree = jax.tree.map(lambda x: jnp.asarray(5 * x, jnp.float32), params(np.random.default_rng(3)))
@@ -219,6 +221,7 @@ def test_clip_event_report(c):
         clip_event_report(tree, {"actor": after["actor"]})
 
 
+@pytest.mark.slow
 def test_make_diagnostics_uses_the_given_taus_and_srank_threshold():
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
     states = jax.vmap(lambda k: agent.init(k, 4, 2))(jnp.stack([jax.random.key(s)

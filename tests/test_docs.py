@@ -30,6 +30,7 @@ def read(path: str) -> str:
         return f.read()
 
 
+@pytest.mark.slow
 def test_the_committed_docs_are_what_the_code_generates():
     stale = generate.stale(generate.generated())
     assert not stale, f"{stale} differ from the code; run python docs/generate.py"

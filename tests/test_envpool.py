@@ -135,6 +135,7 @@ def test_episodes_end_as_dm_control_s_truncated_not_terminated(name, action_repe
     assert lengths[0] == lengths[1] == -(-1000 // action_repeat)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cheetah-run", "humanoid-stand", "walker-walk",
                                   "reacher-hard", "cartpole-swingup"])
 def test_rng_state_replays_the_episodes_started(name):
@@ -182,6 +183,7 @@ def test_refused_tasks_name_why_and_what_is_accepted(name):
     assert "--env_backend=dm_control" in message and "cheetah-run" in message
 
 
+@pytest.mark.slow
 def test_run_script_refuses_a_task_that_differs_before_compiling(tmp_path):
     proc = run("run_sac.py", *FAST_SAC, "--env=dog-run", "--env_backend=envpool",
                f"--logdir={tmp_path}", check=False)
@@ -191,6 +193,7 @@ def test_run_script_refuses_a_task_that_differs_before_compiling(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_run_script_refuses_seeds_envpool_cannot_take(tmp_path):
     proc = run("run_sac.py", *FAST_SAC, "--env_backend=envpool", f"--seed={2**31 - 42}",
                f"--logdir={tmp_path}", check=False)
@@ -199,6 +202,7 @@ def test_run_script_refuses_seeds_envpool_cannot_take(tmp_path):
     assert len(lines) == 1 and "2**31" in lines[0] and "--seed" in lines[0]
 
 
+@pytest.mark.slow
 def test_unknown_backend_is_refused_with_the_accepted_ones(tmp_path):
     proc = run("run_sac.py", *FAST_SAC, "--env_backend=mjx", f"--logdir={tmp_path}",
                check=False)
@@ -218,6 +222,7 @@ def _returns(logdir):
     return [(r["env_step"], r["seed"], r["return"]) for r in rows]
 
 
+@pytest.mark.slow
 def test_a_run_killed_and_resumed_matches_one_never_stopped(tmp_path):
     """Train and eval envs both in EnvPool; SIGKILL while writing the 3rd checkpoint (env
     step 375), then the same command: eval.csv's returns are bit-identical."""

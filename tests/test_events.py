@@ -15,6 +15,8 @@ from launch.config import TrainConfig
 from launch.events import build_intervention, intervention_plan
 from tests.helpers.trees import assert_bit_identical
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 OBS, ACT = 4, 2
 
 

@@ -14,6 +14,8 @@ from agents import make_agent
 from agents.bro import BROConfig
 from agents.sac import SACConfig
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 OBS, ACT = 5, 2
 
 

@@ -5,6 +5,7 @@ the initial part, kept along a run and re-taken by a reset."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from interventions import EventContext, get_part
 from interventions.methods import l2_init, reset
@@ -53,6 +54,7 @@ def test_penalty_and_gradient_against_finite_differences():
     assert not np.any(np.asarray(grads["LayerNorm_0"]["scale"]))
 
 
+@pytest.mark.slow
 def test_the_anchor_is_the_initial_part_and_a_reset_takes_it_anew():
     agent, plan, cfg = hooked("sac", "l2_init+reset")
     init = jax.jit(lambda key: agent.init(key, OBS, ACT))

@@ -79,6 +79,7 @@ def reset_and_check(learner, before, source, parts, k, modules_of):
     assert_bit_identical(rest, before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 2])
 def test_sac_resets_the_last_layers_from_a_fresh_init(k):
     agent = make_agent("sac", SAC)
@@ -88,6 +89,7 @@ def test_sac_resets_the_last_layers_from_a_fresh_init(k):
     reset_and_check(agent, state, fresh, agent.param_parts, k, LAST["sac"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 2])
 def test_bro_resets_the_last_layers_to_the_first_weights(k):
     agent = make_agent("bro", BRO)
@@ -116,6 +118,7 @@ def test_more_layers_than_a_network_has_are_refused_naming_the_flag():
         layer_reset.validate(state, ("temp.params",), layer_reset.LayerResetConfig(), agent)
 
 
+@pytest.mark.slow
 def test_layer_reset_end_to_end_in_sac_resumes_bit_identically(tmp_path):
     change = event_runs.sac_resumes_bit_identically(tmp_path, "layer_reset")
     assert min(change[(net, f"net/Dense_0[{i}]")] for net in ("critic", "target_critic")
@@ -124,6 +127,7 @@ def test_layer_reset_end_to_end_in_sac_resumes_bit_identically(tmp_path):
     assert not any(change[key] for key in change if "MLP_0" in key[1]), "only the heads"
 
 
+@pytest.mark.slow
 def test_layer_reset_end_to_end_in_bro(tmp_path):
     change = event_runs.bro_events(tmp_path, "layer_reset", "--layer_reset_layers=2")
     assert change[("critic", "net/BroNet_0/block_0/Dense_1[0]")] > 0

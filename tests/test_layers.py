@@ -43,6 +43,7 @@ class Block(nn.Module):
         return dense(3, name="Dense_1")(x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lead", [(64,), (2, 64), (1,)])
 def test_same_parameters_outputs_and_gradients_as_flax(lead):
     x = jax.random.normal(jax.random.key(0), (*lead, 11))
@@ -82,6 +83,7 @@ class Heads(nn.Module):
         return [nn.Dense(widths[n], kernel_init=inits[n], name=n)(x) for n in inits]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lead", [(64,), (2, 64)])
 def test_dense_heads_are_separate_dense_layers(lead):
     x = jax.random.normal(jax.random.key(0), (*lead, 11))
@@ -110,6 +112,7 @@ def test_dense_heads_are_separate_dense_layers(lead):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_first_and_second_reverse_derivatives_match_finite_differences():
     jax.config.update("jax_enable_x64", True)
     try:

@@ -64,6 +64,7 @@ def project(state, bound):
     return state
 
 
+@pytest.mark.slow
 def test_every_projected_norm_stays_at_its_initial_value_after_every_step(sac):
     state, update, _, bound = sac
     initial = {path: expected_norms(get_part(state, path)) for path in bound.parts}
@@ -88,6 +89,7 @@ def trained(sac):
     return state
 
 
+@pytest.mark.slow
 def test_the_projection_changes_only_hidden_kernels_and_layernorms_and_is_idempotent(
         sac, trained):
     bound, state = sac[3], trained
@@ -135,6 +137,7 @@ def test_layers_all_projects_the_output_layers_too(trained):
         np.testing.assert_allclose(np.linalg.norm(value), 2 * float(norm), rtol=2e-6)
 
 
+@pytest.mark.slow
 def test_bro_projects_its_blocks_and_stem_not_its_heads():
     """BRO's trees (blocks, a stem, the optimistic actor), projected from moved weights."""
     agent, plan, _ = hooked("bro", "nap")

@@ -62,6 +62,7 @@ def test_penalty_and_gradient_against_finite_differences(shapes):
         assert not np.any(np.asarray(untouched))
 
 
+@pytest.mark.slow
 def test_orthogonal_initial_layers_start_at_their_floor():
     """At init, a hidden kernel with orthogonal columns scaled by sqrt(2) has W W^T = 2 I
     (zero penalty); a first layer with fewer inputs than units can only reach s^2 (out - in)."""

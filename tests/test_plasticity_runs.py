@@ -11,6 +11,8 @@ from tests.helpers.runs import FAST_SAC, read_csv, run
 from tests.test_bro import TINY as TINY_BRO
 from tests.test_resume import assert_bit_identical, kill_while_saving, returns
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 ALL = "shrink_perturb+nap+spectral_reg+l2_init+parseval"
 # Compile time dominates these runs: XLA optimises less (the same flags in every run compared).
 FAST_XLA = {"XLA_FLAGS": "--xla_backend_optimization_level=0 "

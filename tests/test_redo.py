@@ -153,6 +153,7 @@ def recycle_and_check(learner, before, fresh, data, part, owner, units_):
     return after
 
 
+@pytest.mark.slow
 def test_an_mlp_recycles_exactly_its_dormant_units():
     learner = ToyLearner(Classifier((16, 16), 5))
     data = examples((12,), 5, (1, 64))
@@ -165,6 +166,7 @@ def test_an_mlp_recycles_exactly_its_dormant_units():
     kill_and_recycle(learner, state, fresh, data, "net", layers, built)
 
 
+@pytest.mark.slow
 def test_sac_recycles_the_dormant_units_of_each_critic_of_the_ensemble():
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
     state = agent.init(jax.random.key(0), 5, 2)
@@ -180,6 +182,7 @@ def test_sac_recycles_the_dormant_units_of_each_critic_of_the_ensemble():
     kill_and_recycle(agent, state, fresh, data, "critic", layers, built, lead=1)
 
 
+@pytest.mark.slow
 def test_bro_recycles_block_units_and_leaves_the_residual_stream():
     config = dataclasses.replace(BROConfig(), critic_width=16, critic_depth=2, actor_width=8,
                                  optimistic_width=8, num_quantiles=5)
@@ -202,6 +205,7 @@ def test_bro_recycles_block_units_and_leaves_the_residual_stream():
     kill_and_recycle(agent, state, fresh, data, "critic", layers, built, lead=1, skip=stream)
 
 
+@pytest.mark.slow
 def test_a_conv_net_recycles_channels_and_their_flattened_rows():
     learner = ToyLearner(ConvNet((4, 6), 8, 3))
     data = examples((8, 8, 2), 3, (1, 64))
@@ -276,12 +280,14 @@ def test_run_sac_refuses_bad_redo_settings_with_one_line(tmp_path, flag, match):
     assert proc.returncode == 2 and len(lines) == 1 and match in lines[0], proc.stderr
 
 
+@pytest.mark.slow
 def test_redo_end_to_end_in_sac_resumes_bit_identically(tmp_path):
     change = event_runs.sac_resumes_bit_identically(tmp_path, "redo", "--redo_tau=0.5")
     assert max(change[("critic", "net/MLP_0/Dense_0[0]")], change[("actor", "MLP_0/Dense_0")]) > 0
     assert not any(change[key] for key in change if key[0] == "target_critic")
 
 
+@pytest.mark.slow
 def test_redo_end_to_end_in_bro(tmp_path):
     change = event_runs.bro_events(tmp_path, "redo", "--redo_tau=0.5")
     assert change[("critic", "net/BroNet_0/block_0/Dense_1[0]")] > 0

@@ -117,6 +117,7 @@ def _batches(seed=0, utd=3, batch=8, obs=4, act=2):
     return Batch(*(np.asarray(rng.normal(size=s), np.float32) for s in shapes))
 
 
+@pytest.mark.slow
 def test_a_projection_runs_after_every_gradient_step_inside_the_update(toys):
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
     plan = make_plan("toy_clamp", {"toy_clamp_bound": 0.01}, agent)
@@ -133,6 +134,7 @@ def test_a_projection_runs_after_every_gradient_step_inside_the_update(toys):
     assert float(np.abs(unhooked.actor.params["MLP_0"]["Dense_0"]["kernel"]).max()) > 0.01
 
 
+@pytest.mark.slow
 def test_a_plugin_registered_from_outside_runs_end_to_end(tmp_path):
     """A user's plugin: two methods registered before the run script starts are flags,
     config.json keys, interventions.csv rows and per-step hooks like the built-in ones."""

@@ -149,6 +149,7 @@ def kernels(tree):
     ]
 
 
+@pytest.mark.slow
 def test_training_moved_every_part(states):
     initial, trained = states
     for path in ALL:
@@ -159,6 +160,7 @@ def test_training_moved_every_part(states):
                 assert not np.array_equal(a, b), path
 
 
+@pytest.mark.slow
 def test_fresh_key_reset_is_a_new_init(states):
     initial, trained = states
     key = jax.random.split(jax.random.key(99), SEEDS)
@@ -214,6 +216,7 @@ def test_parts_not_reset_stay_bit_identical(states, paths):
         assert_identical(get_part(reset, path), get_part(trained, path))
 
 
+@pytest.mark.slow
 def test_get_and_map_parts(states):
     _, trained = states
     assert get_part(trained, "actor.params") is trained.actor.params
@@ -249,6 +252,7 @@ def test_part_paths_lists_pytree_fields(states):
     assert "actor.apply_fn" not in paths and "actor.tx" not in paths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "paths, match",
     [
@@ -265,6 +269,7 @@ def test_bad_paths_raise(states, paths, match):
         replace_parts(trained, initial, paths)
 
 
+@pytest.mark.slow
 def test_source_of_another_structure_is_rejected(states):
     _, trained = states
     other = jax.vmap(lambda k: init(k, hidden=16))(jax.random.split(jax.random.key(3), SEEDS))

@@ -75,6 +75,7 @@ def kill_while_saving(args, nth: int, env=None):
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_saving_completes_that_checkpoint_then_stops_with_one_line(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
     proc = subprocess.run([sys.executable, KILLSAVE, "2",
@@ -99,6 +100,7 @@ def wait_for_checkpoint(directory, proc, timeout=120):
     raise AssertionError("no checkpoint appeared")
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tmp_path):
     intervention = "reset"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
@@ -121,6 +123,7 @@ def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tm
                          f"killed {delay:.2f}s after the first checkpoint ({killed_at} rows)")
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_at_the_next_episode_end_then_resume_is_bit_identical(
         uninterrupted, tmp_path):
     """What a cluster sends before a preemption or at a time limit: the run goes on to its
@@ -157,6 +160,7 @@ def test_sigterm_checkpoints_at_the_next_episode_end_then_resume_is_bit_identica
                          resumed.stderr)
 
 
+@pytest.mark.slow
 def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(uninterrupted, tmp_path):
     intervention = "clip"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
@@ -169,6 +173,7 @@ def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(uninter
                          resumed.stderr)
 
 
+@pytest.mark.slow
 def test_corrupt_latest_checkpoint_falls_back_to_previous(uninterrupted, tmp_path):
     intervention = "clip"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
@@ -206,6 +211,7 @@ def test_asyncio_errors_of_tasks_nobody_awaited_stay_out_of_a_runs_stderr(monkey
     assert shown("Unclosed client session")
 
 
+@pytest.mark.slow
 def test_when_no_checkpoint_restores_the_logs_are_kept_and_a_relaunch_refuses(tmp_path):
     """Every checkpoint unreadable: the run stops with one line and keeps its logs; a later
     launch must not take the directory for a fresh one (that would overwrite the logs)."""
@@ -229,6 +235,7 @@ def test_when_no_checkpoint_restores_the_logs_are_kept_and_a_relaunch_refuses(tm
     assert (directory / "eval.csv").read_text() == logged
 
 
+@pytest.mark.slow
 def test_a_log_shorter_than_its_checkpoint_stops_the_resume(tmp_path):
     """After a machine crash a log could hold fewer bytes than the checkpoint counted; resuming
     must not pad it (with zero bytes) into rows that were never written."""
@@ -242,6 +249,7 @@ def test_a_log_shorter_than_its_checkpoint_stops_the_resume(tmp_path):
     assert b"\0" not in train_csv.read_bytes()
 
 
+@pytest.mark.slow
 def test_divergence_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}",
             "--critic_lr=1e30", "--actor_lr=1e30", "--start_steps=300"]
@@ -265,6 +273,7 @@ def test_divergence_stops_with_a_clear_message_and_keeps_the_checkpoint(tmp_path
     assert json.loads((run_dir(tmp_path, "none") / "diverged.json").read_text()) == record
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(jax.default_backend() != "cpu",
                     reason="its premise, actions that stay finite until step 500, holds for the "
                     "CPU's rounding; on a GPU they can turn NaN earlier, which the per-step "
@@ -361,6 +370,7 @@ def test_importing_a_script_as_a_module_leaves_ctrl_c_as_it_is():
     assert proc.stdout.split() == ["True", "True", "True"], proc.stderr
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_path,
                                                                           monkeypatch):
     """Python drops a KeyboardInterrupt raised in a garbage-collector callback (JAX has one)
@@ -402,6 +412,7 @@ def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_pa
     assert steps == [] and loop.env_step == 51, "dropped in the callback, raised at step 51"
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
     proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
@@ -486,6 +497,7 @@ def damage(checkpoint, part):
         path.write_text(text.replace('"env_step": 250', '"env_step": 251'))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("part", ["device", "host", "meta"])
 def test_a_checkpoint_whose_bytes_changed_is_set_aside_and_the_run_resumes_before_it(
         uninterrupted, tmp_path, part):
@@ -508,6 +520,7 @@ def test_a_checkpoint_whose_bytes_changed_is_set_aside_and_the_run_resumes_befor
                          resumed.stderr)
 
 
+@pytest.mark.slow
 def test_a_half_written_first_checkpoint_is_said_to_be_discarded(uninterrupted, tmp_path):
     intervention = "clip"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
@@ -521,6 +534,7 @@ def test_a_half_written_first_checkpoint_is_said_to_be_discarded(uninterrupted, 
     assert returns(run_dir(tmp_path, intervention)) == uninterrupted(intervention)
 
 
+@pytest.mark.slow
 def test_a_divergence_right_after_a_resume_names_the_checkpoint(tmp_path):
     """Rerun, a run that diverged resumes from its last checkpoint and diverges again; the
     message and diverged.json say which checkpoint it had resumed from."""
@@ -539,6 +553,7 @@ def test_a_divergence_right_after_a_resume_names_the_checkpoint(tmp_path):
                             f"({run_dir(tmp_path, 'none')}/checkpoints/250), which is kept")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(jax.default_backend() != "cpu",
                     reason="diverges before its first checkpoint on the CPU's rounding (as the "
                     "test of a divergence between train logs)")
@@ -565,6 +580,7 @@ def test_a_run_that_diverged_before_any_checkpoint_is_trained_again_only_when_as
     assert (directory / "diverged.json").read_text() == record
 
 
+@pytest.mark.slow
 def test_a_finished_run_whose_done_json_is_unreadable_is_checked_not_trusted(tmp_path):
     from launch.rundir.files import is_finished
 

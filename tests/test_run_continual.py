@@ -17,6 +17,8 @@ import pytest
 from tests.helpers.continual_files import write_cifar, write_imagenet32, write_mnist
 from tests.helpers.runs import KILLSAVE, REPO, read_csv, run
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 TINY = ["--num_tasks=2", "--num_seeds=2", "--hidden_dim=8", "--progress=false"]
 
 

@@ -38,6 +38,7 @@ def finished_run(request, tmp_path_factory):
     return run_dir, intervention, utd
 
 
+@pytest.mark.slow
 def test_writes_every_file(finished_run):
     run_dir, intervention, utd = finished_run
     assert set(os.listdir(run_dir)) == EXPECTED_FILES
@@ -57,6 +58,7 @@ def test_writes_every_file(finished_run):
     assert index and not [name for name in index if name.startswith("buffer/")]
 
 
+@pytest.mark.slow
 def test_eval_rows_and_seed_files(finished_run):
     run_dir, *_ = finished_run
     rows = read_csv(run_dir / "eval.csv")
@@ -70,6 +72,7 @@ def test_eval_rows_and_seed_files(finished_run):
     assert np.all(np.isfinite(returns)) and np.all(returns >= 0)
 
 
+@pytest.mark.slow
 def test_train_metrics_logged(finished_run):
     run_dir, *_ = finished_run
     rows = read_csv(run_dir / "train.csv")
@@ -80,6 +83,7 @@ def test_train_metrics_logged(finished_run):
     assert all(np.isfinite(float(r["value"])) for r in rows)
 
 
+@pytest.mark.slow
 def test_interventions_fire_exactly_at_schedule_for_every_seed(finished_run):
     run_dir, intervention, _ = finished_run
     rows = read_csv(run_dir / "interventions.csv")
@@ -98,6 +102,7 @@ def test_interventions_fire_exactly_at_schedule_for_every_seed(finished_run):
         assert any(v > 1.44 for k, v in by.items() if k[4] == "cond_before")
 
 
+@pytest.mark.slow
 def test_a_scheduled_step_evaluates_the_trained_network_then_intervenes(finished_run):
     """At a step that is both evaluated and scheduled, the evaluation and its diagnostics see
     the network the intervention then starts from (as in the reference implementations, where
@@ -113,6 +118,7 @@ def test_a_scheduled_step_evaluates_the_trained_network_then_intervenes(finished
         assert logged[k] == pytest.approx(value, rel=1e-3), k
 
 
+@pytest.mark.slow
 def test_diagnostics_long_format(finished_run):
     run_dir, *_ = finished_run
     rows = read_csv(run_dir / "diagnostics.csv")
@@ -131,6 +137,7 @@ def test_diagnostics_long_format(finished_run):
             assert value >= 1.0
 
 
+@pytest.mark.slow
 def test_rerun_of_a_finished_run_does_nothing(finished_run):
     run_dir, intervention, utd = finished_run
     logdir = run_dir.parents[2]
@@ -147,6 +154,7 @@ def test_rerun_of_a_finished_run_does_nothing(finished_run):
     assert (run_dir / "eval.csv").read_text() == before
 
 
+@pytest.mark.slow
 def test_a_finished_run_on_read_only_storage_is_still_finished(finished_run, tmp_path):
     """Archived read-only, its .lock cannot be opened for writing (here a directory in its
     place, as root writes anywhere): the run is finished, not an unwritable directory."""
@@ -170,6 +178,7 @@ def test_help_lists_flags_with_defaults():
         assert f"(default: '{default}')" in out.split(f"--{flag}:")[1].split("\n  --")[0]
 
 
+@pytest.mark.slow
 def test_logging_settings_leave_training_as_it_is(tmp_path):
     """The diagnostics draw their replay batch with a generator of their own, so the same seed
     trains on the same minibatches with them on or off, on a batch of any size. The batch
@@ -196,6 +205,7 @@ def test_logging_settings_leave_training_as_it_is(tmp_path):
     assert steps["late"] == {"cond": [200, 400, 600, 700], "srank": [400, 600, 700]}
 
 
+@pytest.mark.slow
 def test_a_run_stopped_after_its_last_checkpoint_finishes_on_rerun(tmp_path):
     """The last checkpoint is written at max_steps, mid-episode here (cartpole's episodes are
     1,000 steps); a run killed before done.json finishes on the next launch."""
@@ -235,6 +245,7 @@ def test_the_eval_envs_are_seeded_by_the_eval_seed_offset(monkeypatch):
     assert seen == [[3, 4], [103, 104]]
 
 
+@pytest.mark.slow
 def test_episodes_ending_for_some_seeds_only_stop_the_run_naming_them(monkeypatch, tmp_path):
     class FirstSeedEndsEarly:
         """The train env, but seed 3's episode terminates at the third step (as an lqr
@@ -270,6 +281,7 @@ def test_episodes_ending_for_some_seeds_only_stop_the_run_naming_them(monkeypatc
         trainer.run()
 
 
+@pytest.mark.slow
 def test_an_update_dispatched_before_its_env_step_trains_as_one_after_it(tmp_path):
     """The loop dispatches a step's update before the env step when its minibatches (drawn and
     gathered during the update before) leave out the slot that step's transition goes to, and
@@ -316,6 +328,7 @@ def test_an_update_dispatched_before_its_env_step_trains_as_one_after_it(tmp_pat
         assert_bit_identical(got, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_steps", [0, 20])
 def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, start_steps):
     """As in Nikishin et al.'s loop, the action after a reset is the reset agent's (it is
@@ -344,6 +357,7 @@ def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, st
     assert not np.allclose(reset, before)
 
 
+@pytest.mark.slow
 def test_diagnostics_compile_twice_at_most_when_features_wait_for_the_buffer(tmp_path):
     """Weight spectra alone until the buffer holds the diagnostics batch, then everything:
     two programs, compiled once each, whatever the number of evaluations."""
@@ -360,6 +374,7 @@ def test_diagnostics_compile_twice_at_most_when_features_wait_for_the_buffer(tmp
     assert steps == {"cond": [20, 40, 60, 80, 100, 120], "srank": [60, 80, 100, 120]}
 
 
+@pytest.mark.slow
 def test_a_restored_loop_holds_no_map_of_its_checkpoint(tmp_path):
     """The checkpoint's host arrays are restored as read-only maps of its files; the loop
     copies what it keeps, so a finished run can delete that checkpoint with nothing mapped."""
@@ -378,6 +393,7 @@ def test_a_restored_loop_holds_no_map_of_its_checkpoint(tmp_path):
     assert all(a.flags.writeable for a in host)
 
 
+@pytest.mark.slow
 def test_a_final_checkpoint_keeps_the_buffer_only_when_asked(tmp_path):
     """A finished run's final checkpoint leaves the replay buffer out unless
     --keep_final_buffer; training on from one without it is refused, not done on an empty
@@ -402,6 +418,7 @@ def test_a_final_checkpoint_keeps_the_buffer_only_when_asked(tmp_path):
                 longer.start()
 
 
+@pytest.mark.slow
 def test_a_clip_that_changes_no_weight_changes_nothing_in_the_run(tmp_path):
     """With c large enough that no singular value is outside [1/c, c], a clipped run is the
     run without interventions, bit for bit: clip and no clip stay a paired comparison."""
@@ -421,6 +438,7 @@ def test_a_clip_that_changes_no_weight_changes_nothing_in_the_run(tmp_path):
         assert rows[0] == rows[1]
 
 
+@pytest.mark.slow
 def test_an_intervention_that_leaves_nan_weights_is_a_divergence(tmp_path):
     agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
     trainer = train.Trainer(agent, TrainConfig(

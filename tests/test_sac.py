@@ -12,6 +12,8 @@ from agents import make_agent, sac
 from agents.common import Batch
 from tests.helpers import batches
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 OBS, ACT = 5, 3
 SMALL = dataclasses.replace(sac.SACConfig(), hidden_dims=(32, 32))
 

@@ -39,6 +39,7 @@ def apply(trained, fresh, **settings):
         one(trained), ctx), one(fresh)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", ["fresh", "gaussian"])
 def test_shrink_one_perturb_zero_is_the_identity_bit_for_bit(sac, noise):
     trained, fresh = sac[5], sac[6]

@@ -110,6 +110,7 @@ def test_one_sided_variants(sides, lower, upper):
     np.testing.assert_allclose(np.asarray(out), np_clip(w, lower, upper), atol=TOL * 8)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(
     m=st.integers(1, 9),
@@ -163,6 +164,7 @@ def seeded_flax_params(seeds: int = 3):
     return jax.vmap(init)(jax.random.split(jax.random.key(0), seeds))
 
 
+@pytest.mark.slow
 def test_flax_tree_with_ensemble_and_seed_axes():
     params = seeded_flax_params()
     scaled = jax.tree.map(lambda x: 5.0 * x, params)

@@ -5,6 +5,7 @@ and its gradient against a float64 numpy computation with finite differences."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from interventions import get_part
 from interventions.methods import spectral_reg
@@ -32,6 +33,7 @@ def test_the_estimate_reaches_the_svd_on_a_gaussian_matrix():
     assert np.all(np.asarray(estimate) <= top_singular_value(kernel) * (1 + 1e-6))
 
 
+@pytest.mark.slow
 def test_the_estimate_follows_every_kernel_along_a_run():
     """One iteration per step: the estimate ||W v|| is a lower bound of sigma_max at every step;
     it lags (by up to 3.3 % here) while training first separates the orthogonal initialisation's

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import scipy.stats
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = ("cartpole-swingup", "cartpole-balance")
 INTERVENTIONS = ("none", "clip")

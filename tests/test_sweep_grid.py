@@ -248,6 +248,7 @@ def test_ctrl_c_says_whether_jobs_were_launched(jobs_go_on, message):
     assert proc.returncode == 130 and proc.stderr.strip() == message, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_job_record_that_is_not_json_is_one_line_naming_it(tmp_path):
     record = tmp_path / ".sweep" / "jobs" / "sac" / "cheetah-run" / "none-utd1-seed0.json"
     record.parent.mkdir(parents=True)

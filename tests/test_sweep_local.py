@@ -87,6 +87,7 @@ def max_overlap(records):
     return peak
 
 
+@pytest.mark.slow
 def test_small_sweep_runs_each_job_once_and_a_relaunch_skips_them(tmp_path, scripts):
     logdir = tmp_path / "runs"
     args = ["--agent=sac", "--envs=cheetah-run,walker-run", "--interventions=none,clip",
@@ -120,6 +121,7 @@ def test_small_sweep_runs_each_job_once_and_a_relaunch_skips_them(tmp_path, scri
     assert sorted(status.stdout.splitlines()[:-1]) == sorted(f"done        {k}" for k in keys)
 
 
+@pytest.mark.slow
 def test_failed_job_shows_its_last_error_line_and_retry_failed_reruns_it(tmp_path, scripts):
     logdir, flag = tmp_path / "runs", tmp_path / "fail"
     flag.touch()
@@ -162,6 +164,7 @@ def pid_alive(pid):
         return False
 
 
+@pytest.mark.slow
 def test_killed_job_resumes_when_the_sweep_is_launched_again(tmp_path, scripts):
     logdir = tmp_path / "runs"
     args = ["--envs=cheetah-run", "--max_steps=300", "--eval_every=10", "--checkpoint_every=20",
@@ -190,6 +193,7 @@ def test_killed_job_resumes_when_the_sweep_is_launched_again(tmp_path, scripts):
     assert read_json(SweepPaths(str(logdir)).record(key))["attempt"] == 2
 
 
+@pytest.mark.slow
 def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, scripts):
     logdir = tmp_path / "runs"
     key = "sac/cheetah-run/none-utd1-seed0"
@@ -213,6 +217,7 @@ def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, script
     assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 301, 10))
 
 
+@pytest.mark.slow
 def test_stop_ends_running_jobs_at_a_checkpoint_and_queued_ones_never_start(tmp_path, scripts):
     logdir = tmp_path / "runs"
     args = ["--envs=cheetah-run,walker-run,hopper-hop", "--max_steps=300", "--eval_every=10",
@@ -247,6 +252,7 @@ def test_stop_ends_running_jobs_at_a_checkpoint_and_queued_ones_never_start(tmp_
     assert read_json(SweepPaths(str(logdir)).record(first))["stop_sent_to"] is None
 
 
+@pytest.mark.slow
 def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(tmp_path, scripts):
     """A finished run is never started again, so a grid that asks its directory for other
     settings, or gives its seeds to another job, would leave the grid's runs undone or count
@@ -285,6 +291,7 @@ def test_finished_runs_with_other_settings_and_seeds_trained_twice_are_refused(t
     assert not (logdir / "sac" / "cheetah-run" / "none-utd1-seed1").exists()
 
 
+@pytest.mark.slow
 def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_path, scripts):
     """A launch and a --stop of one logdir take turns (the sweep's lock): launched while a
     --stop waits for its job to checkpoint, the sweep waits, then reads the records the stop
@@ -312,6 +319,7 @@ def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_pa
     assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 201, 10))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
 def test_ctrl_c_or_a_closed_terminal_stops_following_and_the_local_jobs_go_on(tmp_path, scripts,
                                                                               sig):
@@ -342,6 +350,7 @@ def test_ctrl_c_or_a_closed_terminal_stops_following_and_the_local_jobs_go_on(tm
                                        for s in range(10, 151, 10)]
 
 
+@pytest.mark.slow
 def test_slurm_without_slurm_leaves_no_records(tmp_path, scripts):
     logdir = tmp_path / "runs"
     env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no sbatch or srun
@@ -465,6 +474,7 @@ def job_cores(logdir, key):
     return tuple(int(c) for c in cores.split(",")), nproc.split("=")[1], header
 
 
+@pytest.mark.slow
 def test_local_jobs_run_on_their_workers_share_of_the_cores(tmp_path, scripts):
     """By default as many jobs run at once as there are cores (this machine's memory holds
     these), each worker's on its own share of them, with PJRT_NPROC sizing XLA's CPU thread

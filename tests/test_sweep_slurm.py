@@ -10,6 +10,8 @@ from test_sweep_local import eval_rows, scripts, sweep_argv, wait_for  # noqa: F
 from launch.sweep_lib.state import SweepPaths, read_json
 from tests.helpers.slurm_fixture import SlurmCluster, unavailable_reason
 
+pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):

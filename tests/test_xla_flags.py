@@ -64,6 +64,7 @@ def _ynn_fusions(stock: bool) -> int:
     return int(out.stdout.split()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(jaxlib.__version__ != "0.10.2", reason="counts the YNNPACK fusions that "
                     f"jaxlib 0.10.2 (setup.py's pin) forms; this is jaxlib {jaxlib.__version__}")
 def test_flags_take_effect_when_the_run_scripts_import_the_project():
