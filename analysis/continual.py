@@ -32,6 +32,15 @@ class Method(NamedTuple):
     runs: tuple[str, ...]  # run directories
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def line_style(i: int) -> dict:
+    """Matplotlib colour and dash of the i-th method's line: tab10's ten colours, then the same
+    colours dashed, so eleven or more methods stay apart."""
+    return {"color": f"C{i % 10}", "linestyle": LINE_STYLES[(i // 10) % len(LINE_STYLES)]}
+
+
 def find_runs(roots: Sequence[str]) -> list[str]:
     """Run directories (holding config.json and tasks.csv) at or below each root."""
     found = []

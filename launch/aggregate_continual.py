@@ -22,7 +22,7 @@ startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries 
 # isort: split
 from absl import app, flags
 
-from analysis.continual import METRICS, load_methods, markdown, summarize
+from analysis.continual import METRICS, line_style, load_methods, markdown, summarize
 from analysis.errors import AggregationError
 from launch import ctrl_c
 from launch.cli import one_line_flag_parser
@@ -50,19 +50,19 @@ def plot(summary, methods, path: Path, metric: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    cmap = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(8.5, 4.2))
     for i, m in enumerate(methods):
         mean, lower, upper = summary.curves[m.label]
         tasks = range(1, len(mean) + 1)
-        ax.plot(tasks, mean, color=cmap(i % 10), label=f"{m.label} ({m.scores.shape[0]} seeds)")
-        ax.fill_between(tasks, lower, upper, color=cmap(i % 10), alpha=0.25, lw=0)
+        style = line_style(i)
+        ax.plot(tasks, mean, **style, label=f"{m.label} ({m.scores.shape[0]} seeds)")
+        ax.fill_between(tasks, lower, upper, color=style["color"], alpha=0.25, lw=0)
     ax.set_xlabel("task")
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_title(f"{methods[0].task}: mean over seeds, {100 * FLAGS.confidence:g} % bootstrap "
                  "band")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

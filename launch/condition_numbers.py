@@ -25,7 +25,7 @@ startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries 
 import numpy as np
 from absl import app, flags
 
-from analysis.continual import find_runs, label_of
+from analysis.continual import find_runs, label_of, line_style
 from analysis.errors import AggregationError
 from launch.cli import one_line_flag_parser
 
@@ -77,7 +77,6 @@ def run() -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(layers), figsize=(4 * len(layers), 3.4), squeeze=False)
-    cmap = plt.get_cmap("tab10")
     rows = []
     for i, (label, by_layer) in enumerate(sorted(series.items())):
         for ax, layer in zip(axes[0], layers, strict=True):
@@ -88,9 +87,9 @@ def run() -> None:
             values = np.concatenate([v[:, :done] for _, v in by_layer[layer]])
             mean = np.nanmean(values, axis=0)
             x = tasks[:done] + 1
-            ax.plot(x, mean, color=cmap(i % 10), label=label)
+            ax.plot(x, mean, **line_style(i), label=label)
             ax.fill_between(x, np.nanmin(values, axis=0), np.nanmax(values, axis=0),
-                            color=cmap(i % 10), alpha=0.2, lw=0)
+                            color=line_style(i)["color"], alpha=0.2, lw=0)
             rows += [(label, layer, int(t), f"{m:.6g}", f"{lo:.6g}", f"{hi:.6g}")
                      for t, m, lo, hi in zip(tasks[:done], mean, np.nanmin(values, axis=0),
                                              np.nanmax(values, axis=0), strict=True)]
@@ -100,7 +99,7 @@ def run() -> None:
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(FLAGS.metric)
-    axes[0][0].legend(fontsize=8)
+    axes[0][-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     name = "condition_numbers" if FLAGS.metric == "cond" else FLAGS.metric
     fig.savefig(out / f"{name}.png", dpi=120)
