@@ -4,6 +4,8 @@ interventions add to a run, and the time of the whole Random Label comparison.
     python benchmarks/continual_speed.py                       # everything (tens of minutes)
     python benchmarks/continual_speed.py --parts=step,events   # the ratios alone (a few minutes)
     python benchmarks/continual_speed.py --parts=comparison --data=digits --tasks=100
+    python benchmarks/continual_speed.py --parts=comparison --data=mnist \
+        --methods=none,clip,reset,nap,spectral_reg,shrink_perturb,dash   # the paper's methods
 
 Inputs are MNIST-sized synthetic images (random uint8, 784 pixels, as many as MNIST's 60,000
 training images) under random_label_mnist's protocol (2,048 examples, 10 epochs, batch 512:
@@ -161,10 +163,9 @@ def events_part(data: str, seeds: int, rounds: int) -> Rows:
     return medians(measured, rounds)
 
 
-def comparison_part(data: str, seeds: int, tasks: int) -> Rows:
+def comparison_part(data: str, seeds: int, tasks: int, methods: list[str]) -> Rows:
     task, source = source_of(data)
     total, rows = 0.0, []
-    methods = ["none", *registered()]
     print(f"{task} ({'scikit-learn digits' if data == 'digits' else 'MNIST-sized synthetic'}), "
           f"{tasks} tasks, {seeds} seeds, methods {', '.join(methods)}")
     for name in methods:
@@ -189,7 +190,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--methods", default="all", help="methods of the comparison part, "
+                        "comma-separated (all: none and every registered method; the paper's: "
+                        "none,clip,reset,nap,spectral_reg,shrink_perturb,dash)")
     args = parser.parse_args()
+    methods = ["none", *registered()] if args.methods == "all" else args.methods.split(",")
+    unknown = sorted(set(methods) - {"none", *registered()})
+    if unknown:
+        parser.error(f"--methods: unknown {', '.join(unknown)}; accepted: all, none, "
+                     f"{', '.join(registered())}")
     parts = args.parts.split(",")
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {os.cpu_count()} cores; "
           f"load average at the start {os.getloadavg()[0]:.1f}")
@@ -201,7 +210,7 @@ def main() -> None:
             rows += events_part(data, args.seeds, args.rounds)
     if "comparison" in parts:
         for data in args.data.split(","):
-            rows += comparison_part(data, args.seeds, args.tasks)
+            rows += comparison_part(data, args.seeds, args.tasks, methods)
     record("continual_speed", rows)
 
 
