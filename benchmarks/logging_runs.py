@@ -10,9 +10,9 @@ Each run evaluates one episode every 1,000 env steps (as many evaluation steps p
 step as the defaults, 10 episodes every 10,000) and is timed by its own eval.csv: the
 `wall_time` from the first row 1,000 steps after the random steps to the last, so the process
 start, the imports and the compilations are left out and the dashboards' steady cost is what
-remains (their start and close are in logging_overhead.py). Prints each
-pair's two times and ratio and the median ratio. Complements logging_overhead.py, which
-alternates two trainers inside one process.
+remains (their start and close are in logging_overhead.py). Prints each pair's two times and
+ratio and the median ratio. Complements logging_overhead.py, which alternates two trainers
+inside one process.
 """
 
 import argparse
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--start_steps", type=int, default=1000)
     args = parser.parse_args()
     if args.max_steps < args.start_steps + 2000:
-        parser.error("--max_steps must be at least --start_steps + 2,000 (two train.csv rows "
+        parser.error("--max_steps must be at least --start_steps + 2,000 (two eval.csv rows "
                      "while learning)")
     ratios, rows = [], []
     with tempfile.TemporaryDirectory() as logdir:
