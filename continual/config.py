@@ -29,9 +29,11 @@ from launch.rundir.record import versions
 # that each named field exists in a registered method).
 SUPERVISED_SETTINGS = {
     "clip": {"c": 2.0},  # SPEC.md: c = 2 for continual supervised learning
-    # SPEC.md: supervised Shrink & Perturb, shrink 0.3 and Gaussian noise of sigma 0.01 (DASH's
-    # code, its S&P baseline: main.py sp_lambda)
-    "shrink_perturb": {"shrink": 0.3, "sigma": 0.01},
+    # SPEC.md: supervised Shrink & Perturb as DASH's S&P baseline (main.py sp_lambda, the
+    # models' weight_sp): theta <- 0.3 theta + N(0, 0.01^2) on the Dense and Conv layers'
+    # kernels and biases, normalization layers and the optimizer state kept
+    "shrink_perturb": {"shrink": 0.3, "perturb": 1.0, "noise": "gaussian", "sigma": 0.01,
+                       "leaves": "layers", "opt_state": "keep"},
 }
 
 

@@ -111,6 +111,35 @@ def test_without_layer_norm_and_with_each_optimizer():
     assert not np.allclose(kernels["adam"], kernels["sgd"])
 
 
+def test_shrink_perturb_defaults_to_dashs_supervised_baseline():
+    """DASH's S&P (models' weight_sp): each Dense kernel and bias <- 0.3 theta + N(0, 0.01^2),
+    LayerNorm and the optimizer state as they were."""
+    method = interventions.registered()["shrink_perturb"]
+    cfg = method.config(**{f: getattr(CONTINUAL_DEFAULTS, method.flag(f))
+                           for f in method.field_names})
+    learner = make_learner(LearnerConfig(input_shape=(64,), hidden_dims=(256,)))
+    state = learner.init(jax.random.key(0))
+    state = state.replace(net=state.net.replace(opt_state=jax.tree.map(
+        lambda x: x + 1 if x.dtype == jnp.float32 else x, state.net.opt_state)))
+    fresh = learner.init(jax.random.key(2))
+    new = method.apply(state, learner.param_parts, cfg,
+                       interventions.EventContext(key=jax.random.key(1), fresh=fresh))
+    old_p, new_p = state.net.params, new.net.params
+    layers = [(old_p["MLP_0"]["Dense_0"], new_p["MLP_0"]["Dense_0"]),
+              (old_p["Dense_0"], new_p["Dense_0"])]
+    for before, after in layers:
+        for leaf in ("kernel", "bias"):
+            noise = np.asarray(after[leaf]) - 0.3 * np.asarray(before[leaf])
+            assert abs(noise.mean()) < 3 * 0.01 / np.sqrt(noise.size) + 1e-6
+            assert noise.std() == pytest.approx(0.01, rel=0.2 if noise.size < 100 else 0.05)
+    for leaf in ("scale", "bias"):
+        np.testing.assert_array_equal(new_p["MLP_0"]["LayerNorm_0"][leaf],
+                                      old_p["MLP_0"]["LayerNorm_0"][leaf])
+    for a, b in zip(jax.tree.leaves(new.net.opt_state), jax.tree.leaves(state.net.opt_state),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_supervised_defaults_name_fields_the_methods_have():
     for name, fields in SUPERVISED_SETTINGS.items():
         method = interventions.registered().get(name)
