@@ -251,21 +251,24 @@ class ContinualRun:
             for i, seed in enumerate(self.cfg.seeds)])
         return metrics
 
-    def log_diagnostics(self, progress: Progress, number: int) -> None:
+    def log_diagnostics(self, progress: Progress, number: int) -> dict:
+        """The diagnostics after task `number`, written to diagnostics.csv and returned."""
         size = self.cfg.diagnostics_batch_size or self.cfg.batch_size
         batch = self.examples(number, DIAGNOSTICS, size)
         values = jax.device_get(self.diagnose(progress.states, batch))
         self.files.write_rows("diagnostics.csv", diag.rows(number, self.cfg.seeds, values))
+        return values
 
     def boundary(self, progress: Progress, number: int) -> None:
         """What comes after task `number`: diagnostics, the event, a checkpoint, as due."""
         cfg = self.cfg
         last = number == cfg.num_tasks - 1
         done = number + 1
+        spectra = None  # the weight spectra the event's report reads, where just computed
         if self.diagnose is not None and (done % cfg.diagnostics_every == 0 or last):
-            self.log_diagnostics(progress, number)
+            spectra = self.log_diagnostics(progress, number)
         if self.event is not None and not last and done % cfg.intervention_every == 0:
-            progress.states, rows = self.event(progress.states, number)
+            progress.states, rows = self.event(progress.states, number, spectra)
             self.files.write_rows("interventions.csv", rows)
         progress.tasks_done = done
         if done % cfg.checkpoint_every == 0 or last or self.stop_requested:

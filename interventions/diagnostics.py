@@ -4,7 +4,7 @@ All functions are jittable and keep leading batch axes (seeds, ensemble members)
 kernel of shape (seeds, ensemble, m, n) has shape (seeds, ensemble).
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -86,8 +86,17 @@ def feature_metrics(
     return out
 
 
-def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2) -> Metrics:
-    """Per weight matrix: fro_change ||after - before||_F, cond_before and cond_after."""
+def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2, *,
+                      extremes: Mapping[str, tuple[jax.Array, jax.Array]] | None = None,
+                      spectral_map: Callable | None = None) -> Metrics:
+    """Per weight matrix: fro_change ||after - before||_F, cond_before and cond_after.
+
+    `extremes` {layer: (sigma_max, sigma_min)} of `before`, where already known (the
+    diagnostics of the same state), saves the SVD of `before`. `spectral_map`, a non-decreasing
+    s -> s' that the event applied to the singular values of each matrix it changed, gives
+    cond_after from sigma_max and sigma_min before it (an unchanged matrix keeps its cond)
+    instead of an SVD of `after`.
+    """
     old = weight_matrices(before, conv_spatial_ndim)
     new = weight_matrices(after, conv_spatial_ndim)
     if old.keys() != new.keys():
@@ -97,11 +106,20 @@ def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2)
         )
     report = {}
     for name, w in old.items():
-        s_old, s_new = singular_values(w), singular_values(new[name])
+        if extremes is not None and name in extremes:
+            s_max, s_min = extremes[name]
+        else:
+            s_old = singular_values(w)
+            s_max, s_min = s_old[..., 0], s_old[..., -1]
         change = jnp.asarray(new[name], jnp.float32) - jnp.asarray(w, jnp.float32)
-        report[name] = {
-            "fro_change": jnp.sqrt(jnp.sum(jnp.square(change), axis=(-2, -1))),
-            "cond_before": s_old[..., 0] / s_old[..., -1],
-            "cond_after": s_new[..., 0] / s_new[..., -1],
-        }
+        fro_change = jnp.sqrt(jnp.sum(jnp.square(change), axis=(-2, -1)))
+        cond_before = s_max / s_min
+        if spectral_map is None:
+            s_new = singular_values(new[name])
+            cond_after = s_new[..., 0] / s_new[..., -1]
+        else:
+            cond_after = jnp.where(fro_change == 0, cond_before,
+                                   spectral_map(s_max) / spectral_map(s_min))
+        report[name] = {"fro_change": fro_change, "cond_before": cond_before,
+                        "cond_after": cond_after}
     return report

@@ -134,7 +134,14 @@ class Method:
     # event
     apply: Callable | None = None  # (state, parts, cfg, ctx) -> state
     needs: tuple[str, ...] = ()
+    # cfg -> the part of `needs` these settings read (None: all of it); what is left out is
+    # not computed for the event (e.g. a fresh init that Gaussian noise does not use)
+    needs_for: Callable | None = None
     data_shape: Callable | None = None  # cfg -> (batches, batch_size) of ctx.data
+    # cfg -> a non-decreasing map s -> s' that the event applies to the singular values of
+    # every weight matrix it changes (clip by SVD), or None; the per-layer report then takes
+    # cond_after from the singular values before the event instead of a second SVD
+    spectral_map: Callable | None = None
     every: tuple[int, str] | None = None  # own default period; None: the learner's resets'
     params_only: bool = True  # parts must hold parameters, not optimizer states
     # (state, parts, cfg, learner) -> None: ValueError (one line) for parts it cannot act on;
@@ -168,6 +175,16 @@ class Method:
             raise ValueError(f"method {self.name!r} of kind {self.kind} needs {missing}")
         if ("data" in self.needs) != (self.data_shape is not None):
             raise ValueError(f"method {self.name!r}: give data_shape exactly when it needs data")
+
+    def needs_of(self, cfg: Any) -> tuple[str, ...]:
+        """What the event reads with settings `cfg`: `needs`, narrowed by `needs_for`."""
+        if self.needs_for is None:
+            return self.needs
+        narrowed = tuple(self.needs_for(cfg))
+        if not set(narrowed) <= set(self.needs):
+            raise ValueError(f"method {self.name!r}: needs_for gave {sorted(narrowed)}, beyond "
+                             f"its needs {sorted(self.needs)}")
+        return narrowed
 
     @property
     def field_names(self) -> tuple[str, ...]:

@@ -59,44 +59,56 @@ def build_intervention(agent: Agent, cfg: TrainConfig, plan: Plan, init_fn: Call
 
 def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_keys: jax.Array,
                 data_fn: Callable | None = None) -> Callable:
-    """`(states, step) -> (states, csv rows)`: the plan's event on every seed (vmapped, jitted),
-    with what it needs, and its per-layer report. `learner` is an Agent or any other
-    `interventions.registry.Learner` with `weights(states)`; `step` (an env step, a task
-    boundary) keys its randomness and its rows; `init_fn`, `init_keys` and `data_fn` as in
+    """`(states, step, spectra=None) -> (states, csv rows)`: the plan's event on every seed
+    (vmapped, jitted), with what it needs, and its per-layer report. `learner` is an Agent or
+    any other `interventions.registry.Learner` with `weights(states)`; `step` (an env step, a
+    task boundary) keys its randomness and its rows; `spectra`, the diagnostics of the same
+    states where they were just computed ({network: {layer: {"sigma_max", "sigma_min", ...}}}),
+    spares the report an SVD of every matrix; `init_fn`, `init_keys` and `data_fn` as in
     `build_intervention`."""
-    method, needs = plan.event.method, set(plan.event.method.needs)
+    method, config = plan.event.method, plan.event.config
+    needs = set(method.needs_of(config))
     if "reinit" in needs:
         needs.add("fresh" if learner.reset_to == "fresh" else "initial")
     fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
+    spectral_map = None if method.spectral_map is None else method.spectral_map(config)
 
     @jax.jit
     def event(states, key, initial, fresh, data):
         def one(state, key, initial, fresh, data):
             reinit = fresh if learner.reset_to == "fresh" else initial
             ctx = EventContext(key=key, initial=initial, fresh=fresh,
-                               reinit=reinit if "reinit" in method.needs else None, data=data,
+                               reinit=reinit if "reinit" in needs else None, data=data,
                                learner=learner)
             return plan.apply_event(state, ctx)
 
         return jax.vmap(one)(states, key, initial, fresh, data)
 
     @jax.jit
-    def report(before, after):
-        return {net: clip_event_report(before[net], after[net]) for net in before}
+    def report(before, after, extremes):
+        return {net: clip_event_report(before[net], after[net], extremes=extremes.get(net),
+                                       spectral_map=spectral_map) for net in before}
 
-    def apply(states, env_step: int):
+    def apply(states, env_step: int, spectra: dict | None = None):
         step_keys = fold(init_keys, env_step)
         key = jax.vmap(jax.random.fold_in, in_axes=(0, None))(step_keys, 1) \
             if "key" in needs else None
         initial = init_fn(init_keys) if "initial" in needs else None
         fresh = init_fn(step_keys) if "fresh" in needs else None
-        data = data_fn(env_step, *method.data_shape(plan.event.config)) \
-            if "data" in needs else None
+        data = data_fn(env_step, *method.data_shape(config)) if "data" in needs else None
         new = event(states, key, initial, fresh, data)
-        values = jax.device_get(report(learner.weights(states), learner.weights(new)))
+        values = jax.device_get(report(learner.weights(states), learner.weights(new),
+                                       _extremes(spectra)))
         return new, list(diag.rows(env_step, seeds, values, method.name))
 
     return apply
+
+
+def _extremes(spectra: dict | None) -> dict:
+    """{network: {layer: (sigma_max, sigma_min)}} of the diagnostics' weight spectra."""
+    return {net: {layer: (m["sigma_max"], m["sigma_min"]) for layer, m in layers.items()
+                  if "sigma_max" in m and "sigma_min" in m}
+            for net, layers in (spectra or {}).items()}
 
 
 class _Never:

@@ -13,8 +13,18 @@ import interventions
 from continual.config import CONTINUAL_DEFAULTS, SUPERVISED_SETTINGS
 from continual.learner import Examples, LearnerConfig, init, make_learner, predict
 from continual.loop import ContinualRun, make_train_task
-from continual.tasks import BENCHMARKS, Protocol, Source, draw_task, task_images
+from continual.tasks import (
+    BENCHMARKS,
+    DIAGNOSTICS,
+    Protocol,
+    Source,
+    draw_task,
+    task_images,
+)
+from launch import diagnose as diag
+from launch.events import event_apply
 from networks.classifiers import BATCH_NORM_EPSILON
+from tests.helpers.trees import assert_bit_identical
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
 
@@ -162,10 +172,11 @@ def synthetic_source(network: str) -> Source:
 def tiny_run(tmp_path, network: str, intervention: str, **settings) -> ContinualRun:
     task = "random_label_digits" if network == "mlp" else "random_label_cifar"
     settings = {"channels": (4, 6), **settings} if network == "conv" else settings
+    settings = {"diagnostics": False, **settings}
     cfg = dataclasses.replace(CONTINUAL_DEFAULTS, task=task, num_tasks=3, examples=32, epochs=1,
                               batch_size=16, hidden_dim=16, num_seeds=2,
                               intervention=intervention, logdir=str(tmp_path), progress=False,
-                              diagnostics=False, **settings)
+                              **settings)
     return ContinualRun(cfg, source=synthetic_source(network))
 
 
@@ -205,3 +216,47 @@ def test_clip_at_a_boundary_puts_every_singular_value_into_half_to_two(tmp_path)
                               compute_uv=False)
             assert s.min() >= 0.5 - 1e-4 and s.max() <= 2.0 + 1e-4
     assert rows and {row[2] for row in rows} == {"clip"}
+
+
+@pytest.mark.parametrize("name", ["clip", "reset"])
+def test_an_event_report_from_the_diagnostics_spectra_matches_one_from_svds(tmp_path, name):
+    """At a boundary with diagnostics the report reads their sigma_max and sigma_min (and a clip
+    maps them): the rows equal those of a report that takes an SVD before and after."""
+    run = tiny_run(tmp_path, "mlp", name, diagnostics=True)
+    states = run.init_fn(run.init_keys)
+    task = run.task(0)
+    states, _ = run.train_task(states, run.images, task.index, task.perm, task.labels,
+                               task.order)
+    states = jax.tree.map(lambda a: a * 3.0 if a.ndim >= 3 else a, states)  # spread spectra
+    spectra = jax.device_get(run.diagnose(states, run.examples(0, DIAGNOSTICS, 16)))
+    new_fast, fast = run.event(jax.tree.map(jnp.copy, states), 0, spectra)
+    new_full, full = run.event(jax.tree.map(jnp.copy, states), 0)
+    assert_bit_identical(new_fast, new_full)
+    assert [row[:-1] for row in fast] == [row[:-1] for row in full]
+    np.testing.assert_allclose([float(r[-1]) for r in fast], [float(r[-1]) for r in full],
+                               rtol=1e-3)
+    cond = {(row[1], row[4]): row[-1] for row in fast if row[5] == "cond_before"}
+    diagnosed = {(row[1], row[3]): row[-1] for row in diag.rows(0, run.cfg.seeds, spectra)
+                 if row[4] == "cond"}
+    assert cond == {k: v for k, v in diagnosed.items() if k in cond} and cond
+
+
+def test_shrink_perturb_with_gaussian_noise_builds_no_fresh_init(tmp_path):
+    """DASH's supervised S&P draws Gaussian noise: its event never calls the init."""
+    run = tiny_run(tmp_path, "mlp", "shrink_perturb")
+    assert run.cfg.sp_noise == "gaussian"
+    calls = []
+
+    def init_fn(keys):
+        calls.append(keys)
+        return run.init_fn(keys)
+
+    event = event_apply(run.learner, run.plan, run.cfg.seeds, init_fn, run.init_keys)
+    states = run.init_fn(run.init_keys)
+    new, rows = event(states, 0)
+    assert not calls and rows
+    assert not np.allclose(new.net.params["Dense_0"]["kernel"],
+                           0.3 * states.net.params["Dense_0"]["kernel"])  # the noise is there
+    fresh = dataclasses.replace(run.cfg, sp_noise="fresh")
+    method = interventions.registered()["shrink_perturb"]
+    assert set(method.needs_of(method.make_config(fresh.method_settings))) == {"key", "fresh"}

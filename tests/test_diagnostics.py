@@ -14,6 +14,7 @@ from interventions import (
     clip_event_report,
     dormant_ratio,
     feature_metrics,
+    registered,
     singular_clip,
     srank,
     weight_metrics,
@@ -219,6 +220,31 @@ def test_clip_event_report(c):
     assert all(float(jnp.max(m["fro_change"])) == 0.0 for m in unchanged.values())
     with pytest.raises(ValueError, match="different layers"):
         clip_event_report(tree, {"actor": after["actor"]})
+
+
+@pytest.mark.parametrize("sides", ["both", "upper", "lower"])
+def test_clip_report_from_the_spectra_before_matches_one_from_svds(sides):
+    """The report the continual loop writes at a clip (cond_before from the diagnostics'
+    sigma_max and sigma_min, cond_after through the clip's spectral map) equals the one with
+    an SVD of every matrix before and after, also for a layer the clip leaves alone."""
+    tree = jax.tree.map(lambda x: jnp.asarray(5 * x, jnp.float32), params(np.random.default_rng(4)))
+    after = singular_clip(tree, 2.0, sides=sides)
+    clip_method = registered()["clip"]
+    after["actor"]["params"]["Dense_0"]["kernel"] = tree["actor"]["params"]["Dense_0"]["kernel"]
+    cfg = clip_method.make_config({"clip_c": 2.0, "clip_sides": sides})
+    spectral = clip_method.spectral_map(cfg)
+    extremes = {name: (m["sigma_max"], m["sigma_min"]) for name, m in weight_metrics(tree).items()}
+    fast = clip_event_report(tree, after, extremes=extremes, spectral_map=spectral)
+    full = clip_event_report(tree, after)
+    assert fast.keys() == full.keys()
+    for name in full:
+        for metric in ("fro_change", "cond_before", "cond_after"):
+            np.testing.assert_allclose(fast[name][metric], full[name][metric], rtol=1e-3,
+                                       err_msg=f"{name} {metric}")
+    kept = "actor/Dense_0"
+    np.testing.assert_array_equal(fast[kept]["cond_after"], fast[kept]["cond_before"])
+    ns = clip_method.make_config({"clip_method": "newton_schulz"})
+    assert clip_method.spectral_map(ns) is None  # approximate: its report takes an SVD
 
 
 @pytest.mark.slow

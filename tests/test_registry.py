@@ -73,6 +73,17 @@ def test_a_method_config_must_say_its_parts():
         Method(name="bad", kind="event", config=NoParts, summary="", apply=lambda *a: a[0])
 
 
+def test_needs_narrowed_by_settings_stay_within_the_declared_needs():
+    sp = registered()["shrink_perturb"]
+    gaussian = sp.make_config({"sp_noise": "gaussian"})
+    assert sp.needs_of(gaussian) == ("key",)
+    assert sp.needs_of(sp.make_config({})) == ("key", "fresh")
+    assert registered()["reset"].needs_of(None) == registered()["reset"].needs
+    wider = dataclasses.replace(sp, needs_for=lambda cfg: ("key", "data"))
+    with pytest.raises(ValueError, match="beyond its needs"):
+        wider.needs_of(gaussian)
+
+
 def test_a_registered_name_or_flag_cannot_be_taken_twice():
     with pytest.raises(ValueError, match="registered already"):
         registry.register(registered()["clip"])

@@ -4,6 +4,8 @@ import dataclasses
 import functools
 import math
 
+import jax.numpy as jnp
+
 from interventions.newton_schulz import DEFAULT_NS_STEPS
 from interventions.parts import map_parts, optimizer_owners
 from interventions.registry import (
@@ -14,7 +16,7 @@ from interventions.registry import (
     parts_setting,
     setting,
 )
-from interventions.singular_clip import METHODS, SIDES, singular_clip
+from interventions.singular_clip import METHODS, SIDES, clip_bounds, singular_clip
 
 
 def initial_opt_state(train_state):
@@ -60,6 +62,15 @@ def apply(state, parts, cfg: ClipConfig, ctx: EventContext):
     return state
 
 
+def spectral_map(cfg: ClipConfig):
+    """s -> clip(s) into the bounds: what the SVD clip does to each matrix's singular values
+    (up to float32 rounding); None for Newton-Schulz, whose clip is approximate."""
+    if cfg.method != "svd":
+        return None
+    lower, upper = clip_bounds(cfg.c, cfg.sides)
+    return lambda s: jnp.clip(s, lower, upper)
+
+
 METHOD = Method(
     name="clip",
     kind="event",
@@ -67,4 +78,5 @@ METHOD = Method(
     summary="SingularClip: clip every weight matrix's singular values into [1/c, c].",
     default_parts="param_parts",
     apply=apply,
+    spectral_map=spectral_map,
 )

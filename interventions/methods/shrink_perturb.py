@@ -102,4 +102,5 @@ METHOD = Method(
     default_parts="param_parts",
     apply=apply,
     needs=("key", "fresh"),
+    needs_for=lambda cfg: ("key", "fresh") if cfg.noise == "fresh" else ("key",),
 )
