@@ -9,17 +9,22 @@ interventions add to a run, and the time of the whole Random Label comparison.
 
 Inputs are MNIST-sized synthetic images (random uint8, 784 pixels, as many as MNIST's 60,000
 training images) under random_label_mnist's protocol (2,048 examples, 10 epochs, batch 512:
-40 steps per task), or scikit-learn's digits under random_label_digits' (--data=digits).
+40 steps per task; --data=mnist) or permuted_mnist's (10,000 examples, 10 epochs, batch 500:
+200 steps per task; --data=permuted_mnist), or scikit-learn's digits under
+random_label_digits' (--data=digits).
 
 (1) step: one gradient step of the 784-256-10 LayerNorm MLP at batch 512, 10 seeds vmapped,
 data on the device, in seed-steps/s and as a fraction of the float32 matmul peak timed just
 before it (FLOPs from XLA's cost analysis of the step); and one task's compiled call (40 steps
 gathering their minibatches, then the final accuracy), its training FLOPs over its time.
 (2) events (on each --data): per registered event, the time of one event at a task boundary
-(10 seeds) over the time of one task's call: what it adds to a run that intervenes at every
-boundary; per registered per-step method, its task call's time over that of no method.
+(10 seeds; its report reads the spectra of the diagnostics computed at the same boundary, as
+in a run with diagnostics at every task) over the time of one task's call: what it adds to a
+run that intervenes at every boundary; per registered per-step method, its task call's time
+over that of no method.
 (3) comparison: whole runs, 100 tasks, 10 seeds, diagnostics at every task as a run writes
-them, for none and every registered method, each timed from its start (compilation included).
+them, for none and every registered method, each timed from its start (compilation included),
+and each run's time over that of none (what the method adds to a run).
 """
 
 import argparse
@@ -41,7 +46,7 @@ from continual.config import CONTINUAL_DEFAULTS
 from continual.data import load_digits
 from continual.learner import Examples
 from continual.loop import ContinualRun
-from continual.tasks import BENCHMARKS, Source
+from continual.tasks import BENCHMARKS, DIAGNOSTICS, Source
 from interventions import registered
 
 MNIST_IMAGES, MNIST_PIXELS = 60_000, 784
@@ -54,12 +59,16 @@ def mnist_sized(seed: int = 0) -> Source:
                   rng.integers(0, 10, MNIST_IMAGES).astype(np.int32), 10, 1 / 255)
 
 
+DATA = {"digits": "random_label_digits", "mnist": "random_label_mnist",
+        "permuted_mnist": "permuted_mnist"}  # --data: the task whose protocol it runs
+
+
 def source_of(data: str) -> tuple[str, Source]:
     """(task, source) of --data."""
     if data == "digits":
         d = load_digits()
-        return "random_label_digits", Source(d.images, d.labels, d.num_classes, d.scale)
-    return "random_label_mnist", mnist_sized()
+        return DATA[data], Source(d.images, d.labels, d.num_classes, d.scale)
+    return DATA[data], mnist_sized()
 
 
 def make_run(task: str, source: Source, intervention: str, seeds: int, tasks: int, logdir: str,
@@ -140,8 +149,12 @@ def events_part(data: str, seeds: int, rounds: int) -> Rows:
         for r in range(rounds):
             t_task = best_time(go, repeats=3)
             if method.kind == "event":
-                t_event = best_time(lambda run=run, states=states: jax.block_until_ready(
-                    run.event(jax.tree.map(jnp.copy, states), 0)[0]), repeats=3)
+                spectra = jax.device_get(run.diagnose(states, run.examples(0, DIAGNOSTICS,
+                                                                           run.cfg.batch_size)))
+                t_event = best_time(lambda run=run, states=states, spectra=spectra:
+                                    jax.block_until_ready(run.event(
+                                        jax.tree.map(jnp.copy, states), 0, spectra)[0]),
+                                    repeats=3)
                 copy = best_time(lambda states=states: jax.block_until_ready(
                     jax.tree.map(jnp.copy, states)), repeats=3)
                 event = max(t_event - copy, 0.0)
@@ -178,6 +191,13 @@ def comparison_part(data: str, seeds: int, tasks: int, methods: list[str]) -> Ro
         rows.append((f"{task}, {tasks} tasks, {seeds} seeds, whole run with {name}", seconds, "s"))
     print(f"whole comparison: {total / 60:.1f} min for {len(methods)} methods (load average "
           f"now {os.getloadavg()[0]:.1f})")
+    if "none" in methods:
+        none = rows[methods.index("none")][1]
+        for name, (_, seconds, _) in zip(methods, list(rows), strict=True):
+            if name != "none":
+                print(f"  {name} adds {seconds / none - 1:+.1%} to a run")
+                rows.append((f"{task}, {tasks} tasks, {seeds} seeds, whole run with {name} over "
+                             "the run with none", 100 * (seconds / none - 1), "% added"))
     return [*rows, (f"{task}, {tasks} tasks, {seeds} seeds, whole comparison of "
                     f"{len(methods)} methods", total / 60, "min")]
 
@@ -185,8 +205,9 @@ def comparison_part(data: str, seeds: int, tasks: int, methods: list[str]) -> Ro
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", default="step,events,comparison")
-    parser.add_argument("--data", default="digits,mnist", help="inputs of the events and "
-                        "comparison parts: digits, mnist (MNIST-sized synthetic)")
+    parser.add_argument("--data", default="digits,mnist", help="inputs and protocol of the "
+                        "events and comparison parts: digits, mnist (MNIST-sized synthetic, "
+                        "random labels), permuted_mnist (the same, permuted inputs)")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
@@ -195,6 +216,9 @@ def main() -> None:
                         "none,clip,reset,nap,spectral_reg,shrink_perturb,dash)")
     args = parser.parse_args()
     methods = ["none", *registered()] if args.methods == "all" else args.methods.split(",")
+    bad = sorted(set(args.data.split(",")) - set(DATA))
+    if bad:
+        parser.error(f"--data: unknown {', '.join(bad)}; accepted: {', '.join(DATA)}")
     unknown = sorted(set(methods) - {"none", *registered()})
     if unknown:
         parser.error(f"--methods: unknown {', '.join(unknown)}; accepted: all, none, "

@@ -35,7 +35,6 @@ from continual.tasks import (
     draw_task,
     output_classes,
     sample_positions,
-    task_images,
 )
 from interventions import Plan, check_parts, make_plan
 from launch import diagnose as diag
@@ -120,19 +119,28 @@ def continual_plan(learner: Learner, cfg: ContinualConfig) -> Plan:
     return plan
 
 
-def make_train_task(learner: Learner, protocol: Protocol, scale: float):
-    """`(states, images, index, perm, labels, order) -> (states, per-seed metrics)`, jitted:
-    every seed's task (leaves (seeds, ...), images shared) as one scan over its minibatches,
-    then its final accuracy on all the task's examples in evaluation mode."""
+def make_inputs(protocol: Protocol, scale: float):
+    """`(images, index, perm, positions) -> inputs`: one seed's float32 inputs of its task's
+    examples at `positions` (any shape), gathered on the device from the data set's images,
+    the same values as `continual.tasks.task_images`."""
     permuted = protocol.benchmark.kind == "permuted"
-    n, chunk = protocol.task_examples, protocol.batch_size
-    chunks = math.ceil(n / chunk)
 
     def inputs(images, index, perm, positions):
         x = images[index[positions]]
         if permuted:
             x = x.reshape(*positions.shape, -1)[..., perm].reshape(x.shape)
         return x.astype(jnp.float32) * scale
+
+    return inputs
+
+
+def make_train_task(learner: Learner, protocol: Protocol, scale: float):
+    """`(states, images, index, perm, labels, order) -> (states, per-seed metrics)`, jitted:
+    every seed's task (leaves (seeds, ...), images shared) as one scan over its minibatches,
+    then its final accuracy on all the task's examples in evaluation mode."""
+    n, chunk = protocol.task_examples, protocol.batch_size
+    chunks = math.ceil(n / chunk)
+    inputs = make_inputs(protocol, scale)
 
     def one(state, images, index, perm, labels, order):
         def step(state, positions):
@@ -178,6 +186,8 @@ class ContinualRun:
         self.init_fn = jax.jit(jax.vmap(self.learner.init))
         self.images = jnp.asarray(self.source.images)
         self.train_task = make_train_task(self.learner, self.protocol, self.source.scale)
+        self.gather = jax.jit(jax.vmap(make_inputs(self.protocol, self.source.scale),
+                                       in_axes=(None, 0, 0, 0)))
         self.event = (None if self.plan.event is None else
                       event_apply(self.learner, self.plan, cfg.seeds, self.init_fn,
                                   self.init_keys, self.event_data))
@@ -199,12 +209,11 @@ class ContinualRun:
     def examples(self, number: int, stream: int, count: int) -> Examples:
         """`count` examples of task `number` per seed: leaves (seeds, count, ...)."""
         task = self.task(number)
-        xs, ys = [], []
-        for i, seed in enumerate(self.cfg.seeds):
-            positions = sample_positions(seed, number, stream, count, self.protocol.task_examples)
-            xs.append(task_images(self.source, task, i, positions))
-            ys.append(task.labels[i][positions])
-        return Examples(jnp.asarray(np.stack(xs)), jnp.asarray(np.stack(ys)))
+        positions = np.stack([sample_positions(seed, number, stream, count,
+                                               self.protocol.task_examples)
+                              for seed in self.cfg.seeds])
+        return Examples(self.gather(self.images, task.index, task.perm, positions),
+                        jnp.asarray(np.take_along_axis(task.labels, positions, axis=1)))
 
     def event_data(self, boundary: int, batches: int, batch_size: int) -> Examples:
         """What an event that needs data reads at the boundary after task `boundary`: minibatches

@@ -19,6 +19,7 @@ from continual.tasks import (
     Protocol,
     Source,
     draw_task,
+    sample_positions,
     task_images,
 )
 from launch import diagnose as diag
@@ -170,7 +171,8 @@ def synthetic_source(network: str) -> Source:
 
 
 def tiny_run(tmp_path, network: str, intervention: str, **settings) -> ContinualRun:
-    task = "random_label_digits" if network == "mlp" else "random_label_cifar"
+    task = settings.pop("task", "random_label_digits" if network == "mlp"
+                        else "random_label_cifar")
     settings = {"channels": (4, 6), **settings} if network == "conv" else settings
     settings = {"diagnostics": False, **settings}
     cfg = dataclasses.replace(CONTINUAL_DEFAULTS, task=task, num_tasks=3, examples=32, epochs=1,
@@ -260,3 +262,18 @@ def test_shrink_perturb_with_gaussian_noise_builds_no_fresh_init(tmp_path):
     fresh = dataclasses.replace(run.cfg, sp_noise="fresh")
     method = interventions.registered()["shrink_perturb"]
     assert set(method.needs_of(method.make_config(fresh.method_settings))) == {"key", "fresh"}
+
+
+@pytest.mark.parametrize("network", ["mlp", "conv"])
+def test_examples_gathered_on_the_device_are_the_host_task_images(tmp_path, network):
+    """What diagnostics and data-reading events get (gathered on the device) is, bit for bit,
+    `task_images` of the positions each seed's stream draws."""
+    for task_name in (["permuted_digits", "random_label_digits"] if network == "mlp"
+                      else ["random_label_cifar"]):
+        run = tiny_run(tmp_path / task_name, network, "none", task=task_name)
+        batch = run.examples(1, DIAGNOSTICS, 40)  # more than the task's 32 examples
+        task = run.task(1)
+        for i, seed in enumerate(run.cfg.seeds):
+            positions = sample_positions(seed, 1, DIAGNOSTICS, 40, run.protocol.task_examples)
+            np.testing.assert_array_equal(batch.x[i], task_images(run.source, task, i, positions))
+            np.testing.assert_array_equal(batch.y[i], task.labels[i][positions])
