@@ -6,6 +6,8 @@ interventions add to a run, and the time of the whole Random Label comparison.
     python benchmarks/continual_speed.py --parts=comparison --data=digits --tasks=100
     python benchmarks/continual_speed.py --parts=comparison --data=mnist \
         --methods=none,clip,reset,nap,spectral_reg,shrink_perturb,dash   # the paper's methods
+    python benchmarks/continual_speed.py --parts=overhead --data=mnist --tasks=30 \
+        --methods=clip,reset,shrink_perturb,dash        # what each adds to a whole run
 
 Inputs are MNIST-sized synthetic images (random uint8, 784 pixels, as many as MNIST's 60,000
 training images) under random_label_mnist's protocol (2,048 examples, 10 epochs, batch 512:
@@ -23,8 +25,9 @@ in a run with diagnostics at every task) over the time of one task's call: what 
 run that intervenes at every boundary; per registered per-step method, its task call's time
 over that of no method.
 (3) comparison: whole runs, 100 tasks, 10 seeds, diagnostics at every task as a run writes
-them, for none and every registered method, each timed from its start (compilation included),
-and each run's time over that of none (what the method adds to a run).
+them, for none and every registered method, each timed from its start (compilation included).
+(4) overhead (not in the default --parts): whole runs of --methods and of none, interleaved in
+--rounds rounds; what each method adds to a run is the median of its per-round ratio.
 """
 
 import argparse
@@ -51,6 +54,7 @@ from interventions import registered
 
 MNIST_IMAGES, MNIST_PIXELS = 60_000, 784
 Rows = list[tuple[str, float, str]]
+PARTS = ("step", "events", "comparison", "overhead")
 
 
 def mnist_sized(seed: int = 0) -> Source:
@@ -191,15 +195,30 @@ def comparison_part(data: str, seeds: int, tasks: int, methods: list[str]) -> Ro
         rows.append((f"{task}, {tasks} tasks, {seeds} seeds, whole run with {name}", seconds, "s"))
     print(f"whole comparison: {total / 60:.1f} min for {len(methods)} methods (load average "
           f"now {os.getloadavg()[0]:.1f})")
-    if "none" in methods:
-        none = rows[methods.index("none")][1]
-        for name, (_, seconds, _) in zip(methods, list(rows), strict=True):
-            if name != "none":
-                print(f"  {name} adds {seconds / none - 1:+.1%} to a run")
-                rows.append((f"{task}, {tasks} tasks, {seeds} seeds, whole run with {name} over "
-                             "the run with none", 100 * (seconds / none - 1), "% added"))
     return [*rows, (f"{task}, {tasks} tasks, {seeds} seeds, whole comparison of "
                     f"{len(methods)} methods", total / 60, "min")]
+
+
+def overhead_part(data: str, seeds: int, tasks: int, methods: list[str], rounds: int) -> Rows:
+    """Whole runs of each method and of none, interleaved in rounds: what a method adds to a
+    run, as the median over rounds of its run's time over none's in the same round."""
+    task, source = source_of(data)
+    methods = [m for m in methods if m != "none"]
+    print(f"{task}: whole runs of {tasks} tasks, {seeds} seeds, none and {', '.join(methods)}, "
+          f"{rounds} interleaved rounds")
+    measured = collections.defaultdict(list)
+    for r in range(rounds):
+        times = {}
+        for name in ["none", *methods]:
+            start = time.perf_counter()
+            make_run(task, source, name, seeds, tasks, tempfile.mkdtemp()).run({})
+            times[name] = time.perf_counter() - start
+        print(f"round {r}: none {times['none']:.1f} s; " + ", ".join(
+            f"{m} {times[m]:.1f} s ({times[m] / times['none'] - 1:+.1%})" for m in methods))
+        for name in methods:
+            measured[(f"{task}, {tasks} tasks, {seeds} seeds, whole run with {name} over the "
+                      "run with none", "% added")].append(100 * (times[name] / times["none"] - 1))
+    return medians(measured, rounds)
 
 
 def main() -> None:
@@ -224,6 +243,9 @@ def main() -> None:
         parser.error(f"--methods: unknown {', '.join(unknown)}; accepted: all, none, "
                      f"{', '.join(registered())}")
     parts = args.parts.split(",")
+    if set(parts) - set(PARTS):
+        parser.error(f"--parts: unknown {', '.join(sorted(set(parts) - set(PARTS)))}; "
+                     f"accepted: {', '.join(PARTS)}")
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {os.cpu_count()} cores; "
           f"load average at the start {os.getloadavg()[0]:.1f}")
     rows = []
@@ -235,6 +257,9 @@ def main() -> None:
     if "comparison" in parts:
         for data in args.data.split(","):
             rows += comparison_part(data, args.seeds, args.tasks, methods)
+    if "overhead" in parts:
+        for data in args.data.split(","):
+            rows += overhead_part(data, args.seeds, args.tasks, methods, args.rounds)
     record("continual_speed", rows)
 
 
