@@ -12,9 +12,10 @@ runs went on training.
 `hold()`, which `launch/startup.py` calls before a script's other imports when that script is
 the program (not when a test or a notebook imports it), holds a Ctrl-C (a second one stops the
 process at once) until the script's main calls `deliver()`, and from then on records a
-KeyboardInterrupt that Python drops (instead of printing it as "Exception ignored"), which
-`raise_dropped()` raises: the training loop calls it at every env step, the sweep at every
-check of its jobs (aggregation, which has no such loop, leaves one dropped there dropped). A
+KeyboardInterrupt that Python drops (instead of printing it as "Exception ignored") or
+that code it runs through swallows, which `raise_dropped()` raises: the training loop calls it
+at every env step, the sweep at every check of its jobs (aggregation, which has no such loop,
+leaves one dropped there dropped). A
 process that never calls `hold()` keeps Python's Ctrl-C as it is. After `hold()`, a
 KeyboardInterrupt that no code catches ends the process with one `error:` line and exit code
 130, not a traceback. A process that starts with SIGINT ignored (one a shell started in the
@@ -33,6 +34,15 @@ def _hold(signum, frame) -> None:
     global _pending
     _pending = True
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C is not held
+
+
+def _interrupt(signum, frame) -> None:
+    """Python's own Ctrl-C (raise KeyboardInterrupt here), also recorded for
+    `raise_dropped`: library code that swallows it (an `except BaseException`) cannot make a
+    run go on training. Every place that catches it ends the process."""
+    global _pending
+    _pending = True
+    raise KeyboardInterrupt
 
 
 def _recording_drops(hook):
@@ -60,10 +70,10 @@ def hold() -> None:
 
 
 def deliver() -> None:
-    """From now on a Ctrl-C raises KeyboardInterrupt (Python's own handler again); one held
-    so far is raised now."""
+    """From now on a Ctrl-C raises KeyboardInterrupt (and is recorded, in case something
+    swallows it); one held so far is raised now."""
     if signal.getsignal(signal.SIGINT) is _hold or _pending:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _interrupt)
     raise_dropped()
 
 

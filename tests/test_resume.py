@@ -412,6 +412,27 @@ def test_a_ctrl_c_that_python_drops_in_a_callback_stops_the_training_loop(tmp_pa
     assert steps == [] and loop.env_step == 51, "dropped in the callback, raised at step 51"
 
 
+def test_a_ctrl_c_that_library_code_swallows_is_raised_at_the_next_check(monkeypatch):
+    """A KeyboardInterrupt caught by an `except BaseException` somewhere in a library is still
+    raised by `raise_dropped` (the training loop's check at every env step)."""
+    for name in ("unraisablehook", "excepthook"):
+        monkeypatch.setattr(sys, name, getattr(sys, name))
+    monkeypatch.setattr(ctrl_c, "_pending", False)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        ctrl_c.hold()
+        ctrl_c.deliver()
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except BaseException:  # what a careless library does
+            pass
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.raise_dropped()
+        ctrl_c.raise_dropped()  # raised once, not again
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
