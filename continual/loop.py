@@ -122,7 +122,7 @@ def continual_plan(learner: Learner, cfg: ContinualConfig) -> Plan:
 def make_inputs(protocol: Protocol, scale: float):
     """`(images, index, perm, positions) -> inputs`: one seed's float32 inputs of its task's
     examples at `positions` (any shape), gathered on the device from the data set's images,
-    the same values as `continual.tasks.task_images`."""
+    the same values as numpy's gather (tests/helpers/continual_reference.py)."""
     permuted = protocol.benchmark.kind == "permuted"
 
     def inputs(images, index, perm, positions):

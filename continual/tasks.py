@@ -159,15 +159,6 @@ def draw_task(protocol: Protocol, source: Source, seeds: list[int], task: int) -
     return Task(*(np.stack(column).astype(np.int32) for column in zip(*out, strict=True)))
 
 
-def task_images(source: Source, task: Task, seed_index: int, positions: np.ndarray) -> np.ndarray:
-    """Float32 inputs of the task's examples at `positions` (any shape) for one seed, with the
-    task's permutation, pixels in [0, 1]: (*positions.shape, *image shape)."""
-    rows = task.index[seed_index][positions]
-    flat = source.images[rows].reshape(*positions.shape, -1)[..., task.perm[seed_index]]
-    return (flat.astype(np.float32) * source.scale).reshape(*positions.shape,
-                                                            *source.images.shape[1:])
-
-
 def sample_positions(seed: int, task: int, stream: int, count: int, examples: int) -> np.ndarray:
     """`count` positions among a task's examples (without replacement while they last)."""
     rng = generator(seed, task, stream)

@@ -12,15 +12,14 @@ runs went on training.
 `hold()`, which `launch/startup.py` calls before a script's other imports when that script is
 the program (not when a test or a notebook imports it), holds a Ctrl-C (a second one stops the
 process at once) until the script's main calls `deliver()`, and from then on records a
-KeyboardInterrupt that Python drops (instead of printing it as "Exception ignored") or
-that code it runs through swallows, which `raise_dropped()` raises: the training loop calls it
-at every env step, the sweep at every check of its jobs (aggregation, which has no such loop,
-leaves one dropped there dropped). A
-process that never calls `hold()` keeps Python's Ctrl-C as it is. After `hold()`, a
-KeyboardInterrupt that no code catches ends the process with one `error:` line and exit code
-130, not a traceback. A process that starts with SIGINT ignored (one a shell started in the
-background) keeps ignoring it. A Ctrl-C in the first hundredths of a second, while Python
-itself starts, before any of this runs, still gives a traceback.
+KeyboardInterrupt that Python drops (instead of printing it as "Exception ignored") or that code
+it runs through swallows, which `raise_dropped()` raises: the training loop calls it at every
+env step, the sweep at every check of its jobs (aggregation, which has no such loop, leaves one
+dropped there dropped). A process that never calls `hold()` keeps Python's Ctrl-C as it is.
+After `hold()`, a KeyboardInterrupt that no code catches ends the process with one `error:` line
+and exit code 130, not a traceback. A process that starts with SIGINT ignored (one a shell
+started in the background) keeps ignoring it. A Ctrl-C in the first hundredths of a second,
+while Python itself starts, before any of this runs, still gives a traceback.
 """
 
 import os

@@ -20,11 +20,11 @@ from continual.tasks import (
     Source,
     draw_task,
     sample_positions,
-    task_images,
 )
 from launch import diagnose as diag
 from launch.events import event_apply
 from networks.classifiers import BATCH_NORM_EPSILON
+from tests.helpers.continual_reference import task_images
 from tests.helpers.trees import assert_bit_identical
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out

@@ -10,8 +10,8 @@ from continual.tasks import (
     Source,
     class_pair_source,
     draw_task,
-    task_images,
 )
+from tests.helpers.continual_reference import task_images
 
 
 def source(n=60, shape=(4, 4), classes=10, seed=0) -> Source:
