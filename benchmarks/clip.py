@@ -5,7 +5,8 @@
 
 Prints (1) the relative Frobenius error of Newton-Schulz clipping at c = 2 per iteration count,
 on standard Gaussian and on trained-looking anisotropic matrices; (2) times of both methods per
-shape; (3) the time of one clip event on a whole SAC and a whole BRO-size network, and of the
+shape, the SVD method's also on a matrix with condition number 4 (clipped through its Gram
+matrix); (3) the time of one clip event on a whole SAC and a whole BRO-size network, and of the
 weight and feature diagnostics. Times are medians after jit warm-up, with block_until_ready.
 """
 
@@ -92,20 +93,38 @@ def error_table(shapes, steps_list, seeds: int, c: float) -> list[tuple]:
     return rows
 
 
+def conditioned(rng: np.random.Generator, shape: tuple[int, int], cond: float = 4.0) -> np.ndarray:
+    """(m, n) with singular values spread geometrically from 3 down to 3 / cond, float32: a
+    matrix clipped at every task boundary, which the SVD method clips through its Gram matrix."""
+    m, n = shape
+    k = min(m, n)
+    u = np.linalg.qr(rng.standard_normal((m, k)))[0]
+    v = np.linalg.qr(rng.standard_normal((n, k)))[0]
+    return ((u * np.geomspace(3.0, 3.0 / cond, k)) @ v.T).astype(np.float32)
+
+
 def method_times(shapes, repeats: int, c: float) -> list[tuple]:
-    """Milliseconds per matrix for the SVD and Newton-Schulz (default steps) clips; returns
-    them as result rows."""
+    """Milliseconds per matrix for the SVD clip of a Gaussian matrix (square ones are
+    ill-conditioned) and of one with condition number 4, and for the Newton-Schulz clip (default
+    steps); returns them as result rows."""
     svd = jax.jit(lambda w: svd_clip_matrices(w, 1.0 / c, c))
     ns = jax.jit(lambda w: ns_clip_matrices(w, 1.0 / c, c, DEFAULT_NS_STEPS))
     print(f"\nTime per matrix (ms), {jax.devices()[0].platform}, ns_steps = {DEFAULT_NS_STEPS}")
-    print(f"{'shape':<14}{'svd':>10}{'newton_schulz':>15}")
+    print(f"{'shape':<14}{'cond':>8}{'svd':>10}{'svd, cond 4':>13}{'newton_schulz':>15}")
     rows = []
     for shape in shapes:
-        w = jnp.asarray(gaussian(np.random.default_rng(0), shape))
+        rng = np.random.default_rng(0)
+        w = jnp.asarray(gaussian(rng, shape))
+        cond = float(np.linalg.cond(np.asarray(w, np.float64)))
+        well = jnp.asarray(conditioned(rng, shape))
         t_svd, t_ns = timed(svd, w, repeats=repeats), timed(ns, w, repeats=repeats)
-        print(f"{str(shape):<14}{1e3 * t_svd:>10.2f}{1e3 * t_ns:>15.2f}")
-        rows += [(f"clip of one {shape[0]} x {shape[1]} matrix, svd", 1e3 * t_svd, "ms"),
-                 (f"clip of one {shape[0]} x {shape[1]} matrix, newton_schulz", 1e3 * t_ns, "ms")]
+        t_well = timed(svd, well, repeats=repeats)
+        print(f"{str(shape):<14}{cond:>8.3g}{1e3 * t_svd:>10.2f}{1e3 * t_well:>13.2f}"
+              f"{1e3 * t_ns:>15.2f}")
+        name = f"clip of one {shape[0]} x {shape[1]} matrix"
+        rows += [(f"{name}, svd", 1e3 * t_svd, "ms"),
+                 (f"{name} with condition number 4, svd", 1e3 * t_well, "ms"),
+                 (f"{name}, newton_schulz", 1e3 * t_ns, "ms")]
     return rows
 
 

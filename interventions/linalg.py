@@ -21,8 +21,9 @@ def _singular_values(w: jax.Array) -> jax.Array:
     return jnp.linalg.svd(w, compute_uv=False)
 
 
-def _each_matrix(fn, w: jax.Array):
-    """fn mapped over the matrices of (batch..., m, n), one at a time."""
+def each_matrix(fn, w: jax.Array):
+    """fn, a sequential_vmap function of one (m, n) matrix, mapped over the matrices of
+    (batch..., m, n) in float32, one at a time."""
     w = jnp.asarray(w, jnp.float32)
     batch = w.shape[:-2]
     flat = w.reshape((-1,) + w.shape[-2:])
@@ -32,9 +33,9 @@ def _each_matrix(fn, w: jax.Array):
 
 def svd(w: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Thin SVD of (batch..., m, n): U (..., m, k), S (..., k) descending, V^T (..., k, n)."""
-    return _each_matrix(_svd, w)
+    return each_matrix(_svd, w)
 
 
 def singular_values(w: jax.Array) -> jax.Array:
     """Singular values (batch..., min(m, n)), descending, of (batch..., m, n) matrices."""
-    return _each_matrix(_singular_values, w)
+    return each_matrix(_singular_values, w)

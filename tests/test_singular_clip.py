@@ -1,5 +1,7 @@
 """singular_clip against a float64 numpy SVD: bounds, formula, idempotence, projection, trees."""
 
+import importlib
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -230,3 +232,43 @@ def test_a_dense_inside_a_conv_named_module_keeps_its_batch_axes():
                                            "Conv_0": {"kernel": jnp.ones((3, 3, 2, 4))}}}}
     views = {name: m.shape for name, m in weight_matrices(params).items()}
     assert views == {"ConvEncoder_0/Dense_0": (4, 2, 5, 3), "ConvEncoder_0/Conv_0": (18, 4)}
+
+
+def clip_with_gram_max_cond(monkeypatch, w: np.ndarray, max_cond: float) -> np.ndarray:
+    module = importlib.import_module("interventions.singular_clip")  # not the function of that name
+    monkeypatch.setattr(module, "GRAM_MAX_COND", max_cond)
+    return np.asarray(singular_clip({"kernel": jnp.asarray(w)}, 2.0)["kernel"])
+
+
+@pytest.mark.parametrize("m, n", [(200, 64), (64, 200), (64, 64), (64, 1)])
+@pytest.mark.parametrize("cond", [1.5, 7.5])
+def test_a_well_conditioned_matrix_is_clipped_through_its_gram_matrix(monkeypatch, m, n, cond):
+    """Up to GRAM_MAX_COND the Gram matrix's eigenvectors give the clip, as exactly as the SVD."""
+    assert cond <= importlib.import_module("interventions.singular_clip").GRAM_MAX_COND
+    rng = np.random.default_rng(m + n)
+    k = min(m, n)
+    w = random_with_spectrum(rng, m, n, 3.0 * np.geomspace(1.0, 1.0 / cond, k)).astype(np.float32)
+    by_gram = clip_with_gram_max_cond(monkeypatch, w, np.inf)
+    by_svd = clip_with_gram_max_cond(monkeypatch, w, 0.0)
+    monkeypatch.undo()
+    default = np.asarray(singular_clip({"kernel": jnp.asarray(w)}, 2.0)["kernel"])
+    np.testing.assert_array_equal(default, by_gram)
+    assert not np.array_equal(by_gram, by_svd)  # else the first check could not tell them apart
+    expected = np_clip(w, 0.5, 2.0)
+    for got in (by_gram, by_svd):
+        np.testing.assert_allclose(got, expected, atol=5e-6 * np.abs(expected).max())
+
+
+def test_an_ill_conditioned_matrix_is_clipped_through_its_svd(monkeypatch):
+    """Past GRAM_MAX_COND the squared spectrum loses the small singular values the clip raises."""
+    rng = np.random.default_rng(6)
+    s = np.concatenate([[3.0], np.full(62, 1.0), [1e-2]])  # cond 300
+    w = random_with_spectrum(rng, 200, 64, s).astype(np.float32)
+    by_svd = clip_with_gram_max_cond(monkeypatch, w, 0.0)
+    by_gram = clip_with_gram_max_cond(monkeypatch, w, np.inf)
+    monkeypatch.undo()
+    default = np.asarray(singular_clip({"kernel": jnp.asarray(w)}, 2.0)["kernel"])
+    np.testing.assert_array_equal(default, by_svd)
+    expected = np_clip(w, 0.5, 2.0)
+    np.testing.assert_allclose(by_svd, expected, atol=TOL * np.abs(expected).max())
+    assert np.abs(by_gram - expected).max() > 10 * TOL * np.abs(expected).max()
