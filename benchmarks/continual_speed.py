@@ -19,11 +19,11 @@ random_label_digits' (--data=digits).
 data on the device, in seed-steps/s and as a fraction of the float32 matmul peak timed just
 before it (FLOPs from XLA's cost analysis of the step); and one task's compiled call (40 steps
 gathering their minibatches, then the final accuracy), its training FLOPs over its time.
-(2) events (on each --data): per registered event, the time of one event at a task boundary
-(10 seeds; its report reads the spectra of the diagnostics computed at the same boundary, as
-in a run with diagnostics at every task) over the time of one task's call: what it adds to a
-run that intervenes at every boundary; per registered per-step method, its task call's time
-over that of no method.
+(2) events (on each --data): per registered event of --methods, the time of one event at a task
+boundary (10 seeds; its report reads the spectra of the diagnostics computed at the same
+boundary, as in a run with diagnostics at every task) over the time of one task's call: what it
+adds to a run that intervenes at every boundary; per registered per-step method of --methods,
+its task call's time over that of no method.
 (3) comparison: whole runs, 100 tasks, 10 seeds, diagnostics at every task as a run writes
 them, for none and every registered method, each timed from its start (compilation included).
 (4) overhead (not in the default --parts): whole runs of --methods and of none, interleaved in
@@ -140,13 +140,15 @@ def step_part(seeds: int, rounds: int) -> Rows:
             *medians(measured, rounds)]
 
 
-def events_part(data: str, seeds: int, rounds: int) -> Rows:
+def events_part(data: str, seeds: int, rounds: int, methods: list[str]) -> Rows:
     task, source = source_of(data)
     print(f"{task}: what interventions add to a task")
     base = make_run(task, source, "none", seeds, 2, tempfile.mkdtemp())
     go_none, _ = task_call(base)
     measured = collections.defaultdict(list)
     for name, method in registered().items():
+        if name not in methods:
+            continue
         what = f"{task}, {seeds} seeds, {name}"
         run = make_run(task, source, name, seeds, 2, tempfile.mkdtemp())
         go, states = task_call(run)
@@ -230,9 +232,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--methods", default="all", help="methods of the comparison part, "
-                        "comma-separated (all: none and every registered method; the paper's: "
-                        "none,clip,reset,nap,spectral_reg,shrink_perturb,dash)")
+    parser.add_argument("--methods", default="all", help="methods of the events, comparison "
+                        "and overhead parts, comma-separated (all: none and every registered "
+                        "method; the paper's: none,clip,reset,nap,spectral_reg,shrink_perturb,"
+                        "dash)")
     args = parser.parse_args()
     methods = ["none", *registered()] if args.methods == "all" else args.methods.split(",")
     bad = sorted(set(args.data.split(",")) - set(DATA))
@@ -253,7 +256,7 @@ def main() -> None:
         rows += step_part(args.seeds, args.rounds)
     if "events" in parts:
         for data in args.data.split(","):
-            rows += events_part(data, args.seeds, args.rounds)
+            rows += events_part(data, args.seeds, args.rounds, methods)
     if "comparison" in parts:
         for data in args.data.split(","):
             rows += comparison_part(data, args.seeds, args.tasks, methods)

@@ -56,8 +56,8 @@ def _clip_matrix(w: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
     def by_gram(a):
         s = jnp.sqrt(lam)
         clipped = jnp.clip(s, lower, upper)
-        scaled = jnp.matmul(a, v, precision=_HIGHEST) * (clipped / s)
-        rebuilt = jnp.matmul(scaled, v.T, precision=_HIGHEST)
+        scale = jnp.matmul(v * (clipped / s), v.T, precision=_HIGHEST)  # V diag(clip(s)/s) V^T
+        rebuilt = jnp.matmul(a, scale, precision=_HIGHEST)
         return jnp.where(jnp.all(clipped == s), a, rebuilt)
 
     def by_svd(a):
