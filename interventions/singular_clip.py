@@ -44,21 +44,17 @@ def _clip_matrix(w: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
     """U clip(S, lower, upper) V^T of one float32 (m, n) matrix.
 
     With A = W (or W^T if wide, so A^T A is the smaller Gram matrix), A^T A = V S^2 V^T: its
-    eigenvectors are A's right singular vectors, and A + A V diag(clip(s)/s - 1) V^T is the
-    clipped matrix, exactly A where no singular value moves. Past GRAM_MAX_COND the squared
-    spectrum loses the small singular values in float32, and the SVD of A is used instead.
+    eigenvectors are A's right singular vectors, and A V diag(clip(s)/s) V^T is the clipped
+    matrix. Past GRAM_MAX_COND the squared spectrum loses the small singular values in float32,
+    and the SVD of A is used instead; a Cholesky factor L of A^T A sends a matrix there without
+    the eigendecomposition when max_i (A^T A)_ii / min_i L_ii^2, a lower bound on cond(A)^2,
+    already exceeds GRAM_MAX_COND^2.
     """
     wide = w.shape[0] < w.shape[1]
     a = w.T if wide else w
-    lam, v = jnp.linalg.eigh(jnp.matmul(a.T, a, precision=_HIGHEST))
-    conditioned = (lam[0] > 0) & (lam[-1] <= GRAM_MAX_COND**2 * lam[0])
-
-    def by_gram(a):
-        s = jnp.sqrt(lam)
-        clipped = jnp.clip(s, lower, upper)
-        scale = jnp.matmul(v * (clipped / s), v.T, precision=_HIGHEST)  # V diag(clip(s)/s) V^T
-        rebuilt = jnp.matmul(a, scale, precision=_HIGHEST)
-        return jnp.where(jnp.all(clipped == s), a, rebuilt)
+    gram = jnp.matmul(a.T, a, precision=_HIGHEST)
+    pivots = jnp.square(jnp.diagonal(jnp.linalg.cholesky(gram)))  # NaN if not positive definite
+    maybe_conditioned = jnp.max(jnp.diagonal(gram)) <= GRAM_MAX_COND**2 * jnp.min(pivots)
 
     def by_svd(a):
         u, s, vt = jnp.linalg.svd(a, full_matrices=False)
@@ -66,7 +62,20 @@ def _clip_matrix(w: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
         rebuilt = jnp.matmul(u * clipped, vt, precision=_HIGHEST)
         return jnp.where(jnp.all(clipped == s), a, rebuilt)
 
-    out = jax.lax.cond(conditioned, by_gram, by_svd, a)
+    def by_gram_or_svd(a):
+        lam, v = jnp.linalg.eigh(gram)
+        conditioned = (lam[0] > 0) & (lam[-1] <= GRAM_MAX_COND**2 * lam[0])
+
+        def by_gram(a):
+            s = jnp.sqrt(lam)
+            clipped = jnp.clip(s, lower, upper)
+            scale = jnp.matmul(v * (clipped / s), v.T, precision=_HIGHEST)  # V diag(clip/s) V^T
+            rebuilt = jnp.matmul(a, scale, precision=_HIGHEST)
+            return jnp.where(jnp.all(clipped == s), a, rebuilt)
+
+        return jax.lax.cond(conditioned, by_gram, by_svd, a)
+
+    out = jax.lax.cond(maybe_conditioned, by_gram_or_svd, by_svd, a)
     return out.T if wide else out
 
 
