@@ -19,11 +19,11 @@ random_label_digits' (--data=digits).
 data on the device, in seed-steps/s and as a fraction of the float32 matmul peak timed just
 before it (FLOPs from XLA's cost analysis of the step); and one task's compiled call (40 steps
 gathering their minibatches, then the final accuracy), its training FLOPs over its time.
-(2) events (on each --data): per registered event of --methods, the time of one event at a task
-boundary (10 seeds; its report reads the spectra of the diagnostics computed at the same
-boundary, as in a run with diagnostics at every task) over the time of one task's call: what it
-adds to a run that intervenes at every boundary; per registered per-step method of --methods,
-its task call's time over that of no method.
+(2) events (on each --data): per registered event of --methods, the time of one event at the
+first task boundary (10 seeds, on the states task 0 trained; its report reads the spectra of
+the diagnostics computed at the same boundary, as in a run with diagnostics at every task) over
+the time of one task's call: what it adds to a run that intervenes at every boundary; per
+registered per-step method of --methods, its task call's time over that of no method.
 (3) comparison: whole runs, 100 tasks, 10 seeds, diagnostics at every task as a run writes
 them, for none and every registered method, each timed from its start (compilation included).
 (4) overhead (not in the default --parts): whole runs of --methods and of none, interleaved in
@@ -87,7 +87,8 @@ def make_run(task: str, source: Source, intervention: str, seeds: int, tasks: in
 
 
 def task_call(run: ContinualRun):
-    """A function that runs task 0's compiled call from the same states, blocking."""
+    """A function that runs task 0's compiled call from the same states, blocking; and the states
+    that call ends with, where a run's first task boundary finds them."""
     states = run.init_fn(run.init_keys)
     task = run.task(0)
     call = jax.jit(run.train_task.__wrapped__ if hasattr(run.train_task, "__wrapped__")
@@ -97,7 +98,7 @@ def task_call(run: ContinualRun):
         return jax.block_until_ready(call(states, run.images, task.index, task.perm,
                                           task.labels, task.order))
 
-    return go, states
+    return go, go()[0]
 
 
 def medians(measured: dict[tuple[str, str], list[float]], rounds: int) -> Rows:
