@@ -34,7 +34,7 @@ def clip_bounds(c: float | jax.Array, sides: Sides) -> tuple[Any, Any]:
 
 # A matrix whose condition number is at most this is clipped through the eigendecomposition of
 # its Gram matrix, whose float32 error grows as cond^2: up to 8 it stays within a few times the
-# SVD's (tests/test_singular_clip.py) at a third of its time (benchmarks/clip.py).
+# SVD's (tests/test_singular_clip.py) at a third to a half of its time (benchmarks/clip.py).
 GRAM_MAX_COND = 8.0
 _HIGHEST = jax.lax.Precision.HIGHEST
 
