@@ -1,19 +1,15 @@
-"""SVDs of stacks of matrices, computed one matrix at a time, in float32.
+"""LAPACK on stacks of matrices, one matrix at a time, in float32: singular values, and the
+per-matrix mapping SingularClip's eigendecompositions, Cholesky factors and SVDs go through.
 
 jaxlib 0.10.2's CPU LAPACK kernels split a batched call into tasks on XLA's intra-op thread pool and
 block a pool thread until they finish; when as many batched calls run at once as the pool has
 threads (two on a 2-core machine), every thread waits and the program hangs. A call on a single
-matrix runs inline, so these functions map the SVD over the matrices sequentially, also under
-jax.vmap (custom_batching.sequential_vmap). Not differentiable in reverse mode.
+matrix runs inline, so these functions map over the matrices sequentially, also under jax.vmap
+(custom_batching.sequential_vmap). Not differentiable in reverse mode.
 """
 
 import jax
 import jax.numpy as jnp
-
-
-@jax.custom_batching.sequential_vmap
-def _svd(w: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    return jnp.linalg.svd(w, full_matrices=False)
 
 
 @jax.custom_batching.sequential_vmap
@@ -29,11 +25,6 @@ def each_matrix(fn, w: jax.Array):
     flat = w.reshape((-1,) + w.shape[-2:])
     out = jax.vmap(fn)(flat)
     return jax.tree.map(lambda x: x.reshape(batch + x.shape[1:]), out)
-
-
-def svd(w: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Thin SVD of (batch..., m, n): U (..., m, k), S (..., k) descending, V^T (..., k, n)."""
-    return each_matrix(_svd, w)
 
 
 def singular_values(w: jax.Array) -> jax.Array:

@@ -59,8 +59,7 @@ def _clip_matrix(w: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
     def by_svd(a):
         u, s, vt = jnp.linalg.svd(a, full_matrices=False)
         clipped = jnp.clip(s, lower, upper)
-        rebuilt = jnp.matmul(u * clipped, vt, precision=_HIGHEST)
-        return jnp.where(jnp.all(clipped == s), a, rebuilt)
+        return jnp.matmul(u * clipped, vt, precision=_HIGHEST), jnp.all(clipped == s)
 
     def by_gram_or_svd(a):
         lam, v = jnp.linalg.eigh(gram)
@@ -70,12 +69,12 @@ def _clip_matrix(w: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
             s = jnp.sqrt(lam)
             clipped = jnp.clip(s, lower, upper)
             scale = jnp.matmul(v * (clipped / s), v.T, precision=_HIGHEST)  # V diag(clip/s) V^T
-            rebuilt = jnp.matmul(a, scale, precision=_HIGHEST)
-            return jnp.where(jnp.all(clipped == s), a, rebuilt)
+            return jnp.matmul(a, scale, precision=_HIGHEST), jnp.all(clipped == s)
 
         return jax.lax.cond(conditioned, by_gram, by_svd, a)
 
-    out = jax.lax.cond(maybe_conditioned, by_gram_or_svd, by_svd, a)
+    rebuilt, inside = jax.lax.cond(maybe_conditioned, by_gram_or_svd, by_svd, a)
+    out = jnp.where(inside, a, rebuilt)  # a matrix the clip leaves fixed gets no round-off
     return out.T if wide else out
 
 

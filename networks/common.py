@@ -21,7 +21,7 @@ def thin_q(z: jax.Array) -> jax.Array:
     LAPACK's QR one matrix at a time, also under jax.vmap: jaxlib 0.10.2's batched CPU LAPACK
     kernels block XLA's thread pool and can deadlock when several run at once (an ensemble's or
     the seed axis' vmapped init); a single matrix runs inline (interventions/linalg.py does the
-    same for the SVD). A SAC init takes 10 ms (`benchmarks/events.py`, "its fresh init").
+    same for SVDs). A SAC init takes 10 ms (`benchmarks/events.py`, "its fresh init").
     """
     q, r = _qr(z)
     return q * jnp.sign(jnp.diagonal(r))
