@@ -43,7 +43,7 @@ from launch.config import ConfigError
 from launch.events import event_apply
 from launch.rundir.files import RunFiles
 from launch.rundir.record import added_settings, flat_settings, read_config
-from launch.rundir.resume import checkpoint_dirs
+from launch.rundir.resume import checkpoint_dirs, refuse_other_settings
 
 HEADERS = {
     "tasks.csv": ("task", "seed", "online_accuracy", "final_accuracy", "loss"),
@@ -326,15 +326,8 @@ def resume_state(cfg: ContinualConfig, record: dict) -> str:
     steps = checkpoint_dirs(cfg.run_dir)[0]
     if existing is not None:
         method_defaults = {k: v for k, v in added_settings().items() if k in cfg.method_settings}
-        there = flat_settings({**method_defaults, **existing})
-        now = flat_settings(json.loads(json.dumps(record)))
-        differ = sorted(k for k in set(there) | set(now)
-                        if k.split(".")[0] not in IGNORED_ON_RESUME and there.get(k) != now.get(k))
-        if differ:
-            shown = ", ".join(f"{k}: {there.get(k)!r} there, {now.get(k)!r} now"
-                              for k in differ[:3])
-            raise ConfigError(f"{cfg.run_dir} holds a run with different settings ({shown}); "
-                              "use another --run_name or --logdir")
+        refuse_other_settings(cfg.run_dir, flat_settings({**method_defaults, **existing}),
+                              flat_settings(json.loads(json.dumps(record))), IGNORED_ON_RESUME)
         if cfg.resume == "never":
             raise ConfigError(f"--resume=never but {cfg.run_dir} already holds a run; use "
                               "another --run_name or --logdir")

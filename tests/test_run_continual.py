@@ -2,6 +2,7 @@
 the real formats for MNIST, CIFAR-10 and ImageNet), exact resume after a kill at a task
 boundary, and bad input as one line with exit code 2."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -14,6 +15,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from continual import config as continual_config
+from continual.config import CONTINUAL_DEFAULTS
+from continual.loop import learner_config, load_source, resume_state
+from continual.tasks import BENCHMARKS
+from launch.config import ConfigError
 from tests.helpers.continual_files import write_cifar, write_imagenet32, write_mnist
 from tests.helpers.runs import KILLSAVE, REPO, read_csv, run
 
@@ -158,3 +164,24 @@ def test_sigterm_stops_at_a_task_boundary_after_a_checkpoint(tmp_path):
     assert f"stopped by SIGTERM after task {done - 1}" in err
     steps = os.listdir(os.path.join(os.path.dirname(rows), "checkpoints"))
     assert str(done) in steps and done < 200
+
+
+def test_a_run_directory_holding_other_settings_is_refused(tmp_path):
+    """The same run directory with another setting is refused, naming it; the settings that may
+    change on a resume (how it shows progress, the library versions) are not compared."""
+    digits = BENCHMARKS["random_label_digits"]
+    cfg = dataclasses.replace(CONTINUAL_DEFAULTS, task="random_label_digits", num_tasks=3,
+                              examples=digits.examples, epochs=digits.epochs,
+                              batch_size=digits.batch_size, hidden_dim=digits.hidden_dim,
+                              logdir=str(tmp_path))
+    record = continual_config.record(cfg, learner_config(cfg, load_source(cfg)))
+    os.makedirs(cfg.run_dir)
+    with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
+        json.dump({**record, "versions": {"jax": "0.0"}, "progress": False}, f)
+    assert resume_state(cfg, record) == "fresh"
+    other = dataclasses.replace(cfg, num_tasks=4, learning_rate=0.01)
+    with pytest.raises(ConfigError, match=r"different settings \(learner_config\.learning_rate: "
+                       r"0\.001 there, 0\.01 now, learning_rate: 0\.001 there, 0\.01 now, "
+                       r"num_tasks: 3 there, 4 now\); use another --run_name or --logdir"):
+        resume_state(other, continual_config.record(other, learner_config(other,
+                                                                          load_source(other))))

@@ -45,6 +45,17 @@ def _results_without_config(run_dir: str, has_checkpoint: bool) -> str:
     return " and ".join(held)
 
 
+def refuse_other_settings(run_dir: str, there: dict, now: dict, ignored: tuple[str, ...]):
+    """ConfigError naming (up to three of) the flat settings in which the run's config.json
+    (`there`) and this command (`now`) differ, those under an `ignored` top-level key aside."""
+    differ = sorted(k for k in set(there) | set(now)
+                    if k.split(".")[0] not in ignored and there.get(k) != now.get(k))
+    if differ:
+        shown = ", ".join(f"{k}: {there.get(k)!r} there, {now.get(k)!r} now" for k in differ[:3])
+        raise ConfigError(f"{run_dir} holds a run with different settings ({shown}); "
+                          "use another --run_name or --logdir")
+
+
 def resume_state(cfg: TrainConfig, record: dict) -> str:
     """"fresh", "resume" or "done" for this run directory, as `--resume` asks.
 
@@ -62,15 +73,10 @@ def resume_state(cfg: TrainConfig, record: dict) -> str:
                               "settings cannot be checked against these: restore its config.json, "
                               "or use another --run_name or --logdir")
     if existing is not None:
-        there = flat_settings(with_resolved_settings(with_added_settings(existing)))
-        now = flat_settings(with_resolved_settings(json.loads(json.dumps(record))))
-        differ = sorted(k for k in set(there) | set(now)
-                        if k.split(".")[0] not in IGNORED_ON_RESUME and there.get(k) != now.get(k))
-        if differ:
-            shown = ", ".join(f"{k}: {there.get(k)!r} there, {now.get(k)!r} now"
-                              for k in differ[:3])
-            raise ConfigError(f"{cfg.run_dir} holds a run with different settings ({shown}); "
-                              "use another --run_name or --logdir")
+        refuse_other_settings(
+            cfg.run_dir, flat_settings(with_resolved_settings(with_added_settings(existing))),
+            flat_settings(with_resolved_settings(json.loads(json.dumps(record)))),
+            IGNORED_ON_RESUME)
     diverged = (_diverged_record(cfg.run_dir)
                 if existing is not None and not has_checkpoint and not corrupt else None)
     if cfg.resume == "never" and existing is not None:
