@@ -24,7 +24,7 @@ class DeviceReplayTrainer(Trainer):
 
         def update_step(states, replay, slots, keys, metric_sums):
             batches = device_replay.gather(replay, slots)
-            states, metrics = jax.vmap(agent.update)(states, batches)
+            states, metrics = self.update_seeds(states, batches)
             keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
             return states, keys, jax.tree.map(jnp.add, metric_sums, metrics)
 

@@ -109,9 +109,16 @@ def to_batch(sample: dict[str, np.ndarray]) -> Batch:
     return Batch(**{field: sample[field] for field in Batch._fields})
 
 
-def make_step_fns(agent: Agent):
+def seeds_update(agent: Agent):
+    """`agent.update` vmapped over seeds and jitted: the loop's update and `zero_metrics` call
+    this one function, so JAX traces the update once between them."""
+    return jax.jit(jax.vmap(agent.update))
+
+
+def make_step_fns(agent: Agent, update_seeds=None):
     """Jitted, seed-vmapped functions of the loop: the update (the UTD gradient steps of every
-    seed, summing their metrics), the next actions and the evaluation actions.
+    seed, summing their metrics, through `update_seeds`, by default `seeds_update(agent)`), the
+    next actions and the evaluation actions.
 
     The next env step's actions are drawn with a key derived from the loop's keys, which the
     update advances and `next_actions` leaves as they are: drawn again after an intervention,
@@ -122,8 +129,10 @@ def make_step_fns(agent: Agent):
         act_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
         return jax.vmap(agent.act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
 
+    update_seeds = update_seeds or seeds_update(agent)
+
     def update_step(states, batches, keys, metric_sums):
-        states, metrics = jax.vmap(agent.update)(states, batches)
+        states, metrics = update_seeds(states, batches)
         keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
         metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
         return states, keys, metric_sums
@@ -148,8 +157,9 @@ def evaluate(eval_act, states, env, episodes: int) -> np.ndarray:
     return totals / episodes
 
 
-def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_dim: int, act_dim):
-    """A zero pytree with the structure and shapes of the update's metrics."""
+def zero_metrics(update_seeds, states, batch_shape: tuple[int, int, int], obs_dim: int, act_dim):
+    """A zero pytree with the structure and shapes of the metrics of `update_seeds` (see
+    `seeds_update`)."""
     seeds, utd, batch = batch_shape
     dummy = Batch(
         observations=jax.ShapeDtypeStruct((seeds, utd, batch, obs_dim), jnp.float32),
@@ -158,7 +168,7 @@ def zero_metrics(agent: Agent, states, batch_shape: tuple[int, int, int], obs_di
         next_observations=jax.ShapeDtypeStruct((seeds, utd, batch, obs_dim), jnp.float32),
         masks=jax.ShapeDtypeStruct((seeds, utd, batch), jnp.float32),
     )
-    shapes = jax.eval_shape(jax.vmap(agent.update), states, dummy)[1]
+    shapes = update_seeds.eval_shape(states, dummy)[1]
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
@@ -180,7 +190,9 @@ class Trainer:
         self.obs_dim, self.act_dim = self.env.obs_dim, self.env.act_dim
         self.random_actions = np.random.default_rng([cfg.seed, 1])
         self.buffer = self.make_buffer()
-        self.update_step, self.next_actions, self.eval_act = make_step_fns(agent)
+        self.update_seeds = seeds_update(agent)
+        self.update_step, self.next_actions, self.eval_act = make_step_fns(agent,
+                                                                           self.update_seeds)
         self.update_during_env_step = True  # False: always after it (tests compare the two)
         self.prefetched: Prefetched | None = None
         self.intervention: Intervention = build_intervention(
@@ -225,7 +237,8 @@ class Trainer:
             keys=keys,
             obs=obs,
             actions=np.asarray(actions),
-            metric_sums=zero_metrics(self.agent, states, shape, self.obs_dim, self.act_dim),
+            metric_sums=zero_metrics(self.update_seeds, states, shape, self.obs_dim,
+                                     self.act_dim),
             metric_count=0,
             wall_time=0.0,
             env_rng=env_rng,

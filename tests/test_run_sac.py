@@ -6,12 +6,14 @@ import os
 import shutil
 import stat
 import time
+from types import SimpleNamespace
 
 import jax
 import numpy as np
 import pytest
 
-from agents import make_agent
+import agents
+from agents import make_agent, sac
 from agents.sac import SACConfig
 from envs import make_vector_env
 from launch import train
@@ -372,6 +374,26 @@ def test_diagnostics_compile_twice_at_most_when_features_wait_for_the_buffer(tmp
     steps = {m: sorted({int(r["env_step"]) for r in rows if r["metric"] == m})
              for m in ("cond", "srank")}
     assert steps == {"cond": [20, 40, 60, 80, 100, 120], "srank": [60, 80, 100, 120]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("replay_on_device", [False, True])
+def test_the_update_is_traced_once(tmp_path, monkeypatch, replay_on_device):
+    """The loop's update and the zero metrics it starts from come from one trace of the agent's
+    update (tracing a small SAC's update takes about a second)."""
+    traced = []
+
+    def update(*args, **kwargs):
+        traced.append(1)
+        return sac.update(*args, **kwargs)
+
+    monkeypatch.setattr(agents, "sac", SimpleNamespace(**{**vars(sac), "update": update}))
+    agent = agents.make_agent("sac", SACConfig(hidden_dims=(8, 8)))
+    cfg = TrainConfig(env="cartpole-swingup", max_steps=40, start_steps=20, batch_size=8,
+                      eval_every=40, eval_episodes=1, diagnostics=False, progress=False,
+                      replay_on_device=replay_on_device, logdir=str(tmp_path))
+    train.make_trainer(agent, cfg).run()
+    assert len(traced) == 1
 
 
 @pytest.mark.slow
