@@ -1,6 +1,7 @@
 """launch/run_continual.py as a user runs it: one short run per kind of benchmark (tiny files in
 the real formats for MNIST, CIFAR-10 and ImageNet), exact resume after a kill at a task
-boundary, and bad input as one line with exit code 2."""
+boundary, a run directory holding other settings refused, and bad input as one line with exit
+code 2."""
 
 import dataclasses
 import json
