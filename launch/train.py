@@ -115,10 +115,10 @@ def seeds_update(agent: Agent):
     return jax.jit(jax.vmap(agent.update))
 
 
-def make_step_fns(agent: Agent, update_seeds=None):
+def make_step_fns(agent: Agent, update_seeds):
     """Jitted, seed-vmapped functions of the loop: the update (the UTD gradient steps of every
-    seed, summing their metrics, through `update_seeds`, by default `seeds_update(agent)`), the
-    next actions and the evaluation actions.
+    seed through `update_seeds`, `seeds_update(agent)`, summing their metrics), the next actions
+    and the evaluation actions.
 
     The next env step's actions are drawn with a key derived from the loop's keys, which the
     update advances and `next_actions` leaves as they are: drawn again after an intervention,
@@ -128,8 +128,6 @@ def make_step_fns(agent: Agent, update_seeds=None):
     def next_actions(states, obs, keys):
         act_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
         return jax.vmap(agent.act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
-
-    update_seeds = update_seeds or seeds_update(agent)
 
     def update_step(states, batches, keys, metric_sums):
         states, metrics = update_seeds(states, batches)
