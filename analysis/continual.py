@@ -52,9 +52,16 @@ def find_runs(roots: Sequence[str]) -> list[str]:
             if "tasks.csv" in files and "config.json" in files:
                 found.append(folder)
     if not found:
+        rl = any(_holds_rl_runs(root) for root in roots)
         raise AggregationError(f"--runs: no continual run (config.json and tasks.csv) under "
-                               f"{', '.join(roots)}")
+                               f"{', '.join(roots)}" + (
+                                   "; it holds RL runs (config.json + eval.csv): aggregate them "
+                                   "with launch/aggregate.py" if rl else ""))
     return found
+
+
+def _holds_rl_runs(root: str) -> bool:
+    return any("eval.csv" in files and "config.json" in files for _, _, files in os.walk(root))
 
 
 def label_of(config: dict, group_by: Sequence[str]) -> str:

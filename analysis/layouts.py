@@ -385,6 +385,9 @@ def detect_layout(root: Path) -> str:
                (any(p.glob("*.npy")) or _is_jaxrl_tree(p))]
     hint = (f"; its subfolders {', '.join(holding[:4])}{', ...' if len(holding) > 4 else ''} "
             "hold runs: pass each as a --runs entry (one algorithm each)" if holding else "")
+    if any((p.parent / "tasks.csv").is_file() for p in _config_files(root)):
+        hint += ("; it holds continual runs (config.json + tasks.csv): aggregate them with "
+                 "launch/aggregate_continual.py")
     raise AggregationError(
         f"no runs found under {root}; accepted: run dirs with config.json + eval.csv, "
         f"<task>/<seed>.txt trees, or <task>.npy files{hint}")

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from analysis.continual import load_methods, summarize
+from analysis.errors import AggregationError
+from analysis.layouts import detect_layout
 from launch.anisotropic_init import anisotropic
 from launch.sweep_lib.grid import SweepError, make_grid
 from tests.helpers.runs import read_csv, run
@@ -61,6 +63,25 @@ def test_table_curve_and_improvement_match_direct_computation(tmp_path):
     x, y = clip.mean(axis=1), methods["none (no LayerNorm)"].scores.mean(axis=1)
     wins = np.mean([(a > b) + 0.5 * (a == b) for a in x for b in y])
     assert poi["none (no LayerNorm)"]["probability"] == pytest.approx(wins)
+
+
+def test_runs_of_the_other_kind_are_named_with_the_command_that_reads_them(tmp_path):
+    """RL runs given to the continual aggregation, and continual runs given to the RL one."""
+    fake_run(tmp_path / "continual", "permuted_digits", "clip", [0], np.full((1, 3), 0.5))
+    rl = tmp_path / "rl" / "sac" / "cheetah-run" / "clip-utd1-seed0"
+    rl.mkdir(parents=True)
+    (rl / "config.json").write_text("{}")
+    (rl / "eval.csv").write_text("env_step,seed,return\n")
+    with pytest.raises(AggregationError, match=r"no continual run .*; it holds RL runs "
+                       r"\(config.json \+ eval.csv\): aggregate them with launch/aggregate.py"):
+        load_methods([str(tmp_path / "rl")])
+    with pytest.raises(AggregationError, match=r"no runs found under .*; it holds continual runs"
+                       r" \(config.json \+ tasks.csv\): aggregate them with "
+                       r"launch/aggregate_continual.py"):
+        detect_layout(tmp_path / "continual")
+    with pytest.raises(AggregationError, match=r"no continual run .*empty$"):
+        (tmp_path / "empty").mkdir()
+        load_methods([str(tmp_path / "empty")])
 
 
 @pytest.mark.slow
