@@ -154,11 +154,55 @@ def test_plot_run_draws_the_curves_and_the_diagnostics(logged_run, tmp_path):
         assert width > 500 and height > 300
 
 
+def continual_run(folder: Path, events_after: range) -> Path:
+    """A continual run directory: tasks.csv of 2 seeds x 6 tasks, diagnostics.csv, and a reset
+    after each task of `events_after` in interventions.csv."""
+    folder.mkdir(parents=True)
+    rows = ["task,seed,online_accuracy,final_accuracy,loss"]
+    rows += [f"{t},{s},{0.5 + 0.01 * t * (s + 1)},0.9,0.7" for t in range(6) for s in (0, 1)]
+    (folder / "tasks.csv").write_text("\n".join(rows) + "\n")
+    rows = ["task,seed,network,layer,metric,value"]
+    rows += [f"{t},{s},net,Dense_0,cond,{1 + t}" for t in range(6) for s in (0, 1)]
+    (folder / "diagnostics.csv").write_text("\n".join(rows) + "\n")
+    rows = ["task,seed,kind,network,layer,metric,value"]
+    rows += [f"{t},{s},reset,net,Dense_0,fro_change,1.0" for t in events_after for s in (0, 1)]
+    (folder / "interventions.csv").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+def test_plot_run_draws_a_continual_run_against_tasks(tmp_path, monkeypatch):
+    """A continual run's online accuracy per task and its diagnostics; an event after task k is
+    drawn at k + 0.5, and more events than plot_run.MAX_MARKED go in the legend only."""
+    from launch import plot_run
+
+    figures = {}
+    monkeypatch.setattr(plot_run, "_save", lambda fig, path: figures.setdefault(
+        os.path.basename(path), fig) and path)
+    run_dir = continual_run(tmp_path / "continual" / "permuted_digits" / "reset-seed0",
+                            range(4))
+    written = plot_run.plot_run(str(run_dir), str(tmp_path / "out"))
+    assert [os.path.basename(p) for p in written] == ["learning_curve.png", "diagnostics_net.png"]
+    ax = figures["learning_curve.png"].axes[0]
+    assert ax.get_xlabel() == "task" and ax.get_ylabel() == "online accuracy"
+    seed1 = next(line for line in ax.lines if line.get_label() == "seed 1")
+    np.testing.assert_allclose(seed1.get_ydata(), [0.5 + 0.02 * t for t in range(6)])
+    drawn = sorted(line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--")
+    assert drawn == [0.5, 1.5, 2.5, 3.5]
+    assert figures["diagnostics_net.png"].axes[-1].get_xlabel() == "task"
+
+    many = continual_run(tmp_path / "many", range(plot_run.MAX_MARKED + 1))
+    fig, ax = plot_run.plt.subplots()
+    plot_run.mark_interventions(ax, str(many), plot_run.CONTINUAL)
+    assert not [line for line in ax.lines if len(line.get_xdata())]
+    assert [line.get_label() for line in ax.lines] == [
+        f"reset ({plot_run.MAX_MARKED + 1} events, not drawn)"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("args,message", [
     ([], "give one run directory"),
     (["/nonexistent/run"], "/nonexistent/run is not a directory"),
-    (["{empty}"], "holds no eval.csv"),
+    (["{empty}"], "holds neither eval.csv (an RL run) nor tasks.csv (a continual run)"),
     (["{header_only}"], "eval.csv has no evaluation yet"),
 ])
 def test_plot_run_refuses_what_is_no_run_with_one_line(args, message, tmp_path):
