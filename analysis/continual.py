@@ -55,8 +55,9 @@ def find_runs(roots: Sequence[str]) -> list[str]:
         rl = any(_holds_rl_runs(root) for root in roots)
         raise AggregationError(f"--runs: no continual run (config.json and tasks.csv) under "
                                f"{', '.join(roots)}" + (
-                                   "; it holds RL runs (config.json + eval.csv): aggregate them "
-                                   "with launch/aggregate.py" if rl else ""))
+                                   "; it holds RL runs (config.json + eval.csv), which "
+                                   "launch/aggregate.py aggregates and launch/plot_run.py draws"
+                                   if rl else ""))
     return found
 
 

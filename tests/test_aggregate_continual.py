@@ -73,7 +73,7 @@ def test_runs_of_the_other_kind_are_named_with_the_command_that_reads_them(tmp_p
     (rl / "config.json").write_text("{}")
     (rl / "eval.csv").write_text("env_step,seed,return\n")
     with pytest.raises(AggregationError, match=r"no continual run .*; it holds RL runs "
-                       r"\(config.json \+ eval.csv\): aggregate them with launch/aggregate.py"):
+                       r"\(config.json \+ eval.csv\), which launch/aggregate.py aggregates"):
         load_methods([str(tmp_path / "rl")])
     with pytest.raises(AggregationError, match=r"no runs found under .*; it holds continual runs"
                        r" \(config.json \+ tasks.csv\): aggregate them with "
