@@ -56,9 +56,10 @@ def main(argv: list[str]) -> None:
         sweep.append(f"--clip_cs={','.join(FLAGS.clip_cs)}")
     code = _run(sweep + (["--", *extra] if extra else []))
     trained = time.time() - started
+    if code == 1:  # 2 (bad flags) and 130 (Ctrl-C): the sweep has said what happened
+        print(f"error: a job of the sweep failed or was interrupted; --status shows each job "
+              f"(python launch/sweep.py --logdir={FLAGS.logdir} --status)", file=sys.stderr)
     if code != 0:
-        print(f"error: the sweep exited {code}; --status shows each job (python "
-              f"launch/sweep.py --logdir={FLAGS.logdir} --status)", file=sys.stderr)
         sys.exit(code)
     for task in FLAGS.tasks:
         out = os.path.join(FLAGS.logdir, "aggregate", task)

@@ -155,6 +155,14 @@ def test_sweep_grid_of_continual_methods_tasks_and_c_values(tmp_path):
         assert all(w in str(e.value) for w in words), str(e.value)
 
 
+def test_the_comparison_of_an_unknown_benchmark_stops_with_the_sweeps_one_line(tmp_path):
+    proc = run("compare_continual.py", "--tasks=permuted_digitz", f"--logdir={tmp_path}",
+               check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "unknown continual benchmark 'permuted_digitz'; accepted: " in proc.stderr
+
+
 @pytest.mark.slow
 def test_the_comparison_in_one_command(tmp_path):
     proc = run("compare_continual.py", "--tasks=random_label_digits", "--interventions=none,clip",
