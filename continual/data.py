@@ -11,6 +11,8 @@ import gzip
 import os
 import pickle
 import struct
+import zipfile
+import zlib
 from typing import NamedTuple
 
 import numpy as np
@@ -42,6 +44,19 @@ def _missing(what: str, name: str, where: str, url: str) -> DataError:
                      f"get it from {url}")
 
 
+def _npz_arrays(what: str, path: str, keys: tuple[str, ...], url: str) -> list[np.ndarray]:
+    """The arrays `keys` of the npz file at `path`; DataError when it is no npz archive or
+    lacks one of them."""
+    holds = f"it must hold {' and '.join(keys)}"
+    if not zipfile.is_zipfile(path):
+        raise _bad(what, path, f"not an npz archive; {holds}", url)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return [np.asarray(f[key]) for key in keys]
+    except Exception as e:  # zlib, zipfile, numpy's header parser: each says the file is damaged
+        raise _bad(what, path, f"{type(e).__name__}: {e}; {holds}", url) from None
+
+
 def _bad(what: str, path: str, why: str, url: str) -> DataError:
     return DataError(f"{what}: {os.path.abspath(path)} cannot be read ({why}); get a good copy "
                      f"from {url}")
@@ -53,7 +68,7 @@ def _read_idx(path: str, kind: str) -> np.ndarray:
     try:
         with opener(path, "rb") as f:
             data = f.read()
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # gzip's damaged streams raise all three
         raise _bad("MNIST", path, f"{type(e).__name__}: {e}", MNIST_URL) from None
     dims = 3 if kind == "images" else 1
     header = 4 * (1 + dims)
@@ -85,12 +100,7 @@ def load_mnist(data_dir: str) -> Dataset:
     npz = os.path.join(folder, "mnist.npz")
     images_path, labels_path = (_find(folder, name) for name in MNIST_IDX)
     if images_path is None and labels_path is None and os.path.exists(npz):
-        try:
-            with np.load(npz, allow_pickle=False) as f:
-                images, labels = f["x_train"], f["y_train"]
-        except (OSError, ValueError, KeyError) as e:
-            raise _bad("MNIST", npz, f"{type(e).__name__}: {e}; it must hold x_train and "
-                       "y_train", MNIST_URL) from None
+        images, labels = _npz_arrays("MNIST", npz, ("x_train", "y_train"), MNIST_URL)
     else:
         if images_path is None or labels_path is None:
             name = MNIST_IDX[0] if images_path is None else MNIST_IDX[1]
@@ -127,8 +137,7 @@ def load_cifar10(data_dir: str) -> Dataset:
                 batch = pickle.load(f, encoding="bytes")
             data = np.asarray(batch[b"data"], np.uint8)
             batch_labels = np.asarray(batch[b"labels"])
-        except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError,
-                AttributeError) as e:
+        except Exception as e:  # a damaged pickle can raise nearly anything while it loads
             raise _bad("CIFAR-10", path, f"{type(e).__name__}: {e}; a batch is a pickled dict "
                        "with data and labels", CIFAR_URL) from None
         if data.ndim != 2 or data.shape[1] != 3072 or batch_labels.shape != data.shape[:1]:
@@ -150,12 +159,7 @@ def load_imagenet32(data_dir: str, batches: int = len(IMAGENET_BATCHES)) -> Data
         path = os.path.join(folder, name)
         if not os.path.exists(path):
             raise _missing("ImageNet 32x32", name, folder, IMAGENET_URL)
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                data, batch_labels = np.asarray(f["data"]), np.asarray(f["labels"])
-        except (OSError, ValueError, KeyError, EOFError) as e:
-            raise _bad("ImageNet 32x32", path, f"{type(e).__name__}: {e}; it must hold data and "
-                       "labels", IMAGENET_URL) from None
+        data, batch_labels = _npz_arrays("ImageNet 32x32", path, ("data", "labels"), IMAGENET_URL)
         if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 \
                 or batch_labels.shape != data.shape[:1]:
             raise _bad("ImageNet 32x32", path, f"data {data.dtype} {data.shape} and labels "

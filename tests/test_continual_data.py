@@ -105,3 +105,40 @@ def test_malformed_files_say_what_is_wrong(tmp_path):
     with pytest.raises(DataError) as e:
         load_imagenet32(str(tmp_path))
     assert "train_data_batch_2.npz" in one_line(e.value)
+    assert "it must hold data and labels" in str(e.value)
+    good = tmp_path / "imagenet32" / "train_data_batch_1.npz"
+    damaged = []
+    for compress in (np.savez, np.savez_compressed):  # bytes flipped in a header, in zlib data
+        compress(tmp_path / "whole.npz", data=np.zeros((300, 3072), np.uint8), labels=np.ones(300))
+        data = bytearray((tmp_path / "whole.npz").read_bytes())
+        data[100:200] = bytes(b ^ 0x5A for b in data[100:200])
+        damaged.append(bytes(data))
+    for what in (b"", b"text, not an archive\n", b"PK\x03\x04 cut short", *damaged):
+        good.write_bytes(what)
+        with pytest.raises(DataError, match=r"train_data_batch_1.npz cannot be read \((not an npz "
+                           r"archive|\w+: .*); it must hold data and labels\)"):
+            load_imagenet32(str(tmp_path))
+    for name in os.listdir(folder):
+        os.remove(folder / name)
+    (folder / "mnist.npz").write_bytes(b"\x93NUMPY not a zip")
+    with pytest.raises(DataError, match=r"mnist.npz cannot be read \(not an npz archive; it "
+                       r"must hold x_train and y_train\)"):
+        load_mnist(str(tmp_path))
+
+
+def test_damaged_archives_and_pickles_are_one_line_too(tmp_path):
+    """Damage that surfaces as zlib's, or an unpickler's, own exceptions."""
+    write_mnist(str(tmp_path), n=50, compress=True)
+    path = tmp_path / "mnist" / "train-images-idx3-ubyte.gz"
+    data = bytearray(path.read_bytes())
+    data[20:60] = bytes(b ^ 0x5A for b in data[20:60])
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"train-images-idx3-ubyte.gz cannot be read \(\w+"):
+        load_mnist(str(tmp_path))
+    write_cifar(str(tmp_path), per_batch=2)
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_2"
+    for what in (b"cnowhere_module\nthing\n.", b"\x80\x04\x95\xff\xff\xff\xff", b"}q\x00(X"):
+        batch.write_bytes(what)  # a global from no module, a frame cut short, a dict cut short
+        with pytest.raises(DataError, match=r"data_batch_2 cannot be read \(\w+.*a batch is a "
+                           r"pickled dict with data and labels\)"):
+            load_cifar10(str(tmp_path))
