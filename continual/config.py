@@ -14,12 +14,13 @@ from absl import flags
 from continual.learner import DEFAULT_LEARNING_RATE, OPTIMIZERS
 from continual.tasks import BENCHMARKS
 from interventions import registry
-from launch.cli import define_method_flags, method_values
+from launch.cli import define_dashboard_flags, define_method_flags, method_values
 from launch.config import (
     RESUME_MODES,
     ConfigError,
     check_interventions,
     check_read_when,
+    validate_dashboards,
     with_method_settings,
 )
 from launch.rundir.record import versions
@@ -66,6 +67,12 @@ class _ContinualConfig:
     run_name: str = ""
     resume: str = "auto"
     progress: bool = True
+    # Dashboards (launch/dashboards.py), as for RL runs: how a run is watched
+    log_to: tuple[str, ...] = ()
+    wandb_project: str = ""
+    wandb_entity: str = ""
+    wandb_group: str = ""
+    wandb_mode: str = "online"
 
     @property
     def benchmark(self):
@@ -163,6 +170,7 @@ def define_flags(d: ContinualConfig = CONTINUAL_DEFAULTS) -> None:
     flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
                       "the run directory; never: refuse to touch one; must: fail if none.")
     flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
+    define_dashboard_flags(d)
     flags.DEFINE_boolean("dry_run", False, "Check the settings and the data files and exit (0 "
                          "when the run would train); leaves nothing behind.")
 
@@ -187,6 +195,7 @@ def config_from_flags() -> ContinualConfig:
         raise ConfigError(f"--channels must be a comma-separated list of integers, got "
                           f"{','.join(values['channels'])!r}") from None
     values.update(method_values(values))
+    values["log_to"] = tuple(name.strip() for name in values["log_to"] if name.strip())
     if values["task"] not in BENCHMARKS:
         raise ConfigError(f"--task={values['task']!r} is not a benchmark; accepted: "
                           f"{', '.join(BENCHMARKS)}")
@@ -247,6 +256,7 @@ def validate(cfg: ContinualConfig) -> None:
                           f"{', '.join(RESUME_MODES)}")
     if not cfg.logdir.strip():
         raise ConfigError("--logdir is empty; give the directory the results tree goes under")
+    validate_dashboards(cfg)
     if "/" in cfg.run_name or cfg.run_name in (".", ".."):
         raise ConfigError(f"--run_name must be one directory name (no '/', not '.' or '..'), "
                           f"got {cfg.run_name!r}")

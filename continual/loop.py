@@ -37,12 +37,13 @@ from continual.tasks import (
     sample_positions,
 )
 from interventions import Plan, check_parts, make_plan
+from launch import dashboards
 from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
 from launch.config import ConfigError
 from launch.events import event_apply
 from launch.rundir.files import RunFiles
-from launch.rundir.record import added_settings, flat_settings, read_config
+from launch.rundir.record import WATCH_SETTINGS, added_settings, flat_settings, read_config
 from launch.rundir.resume import checkpoint_dirs, refuse_other_settings
 
 HEADERS = {
@@ -227,7 +228,7 @@ class ContinualRun:
         self.checkpointer = Checkpointer(f"{cfg.run_dir}/checkpoints")
         resume = bool(self.checkpointer.steps())
         self.files = RunFiles(cfg.run_dir, cfg.seeds, fresh=not resume, headers=HEADERS,
-                              seed_files=False)
+                              seed_files=False, dashboards=dashboards.for_continual(cfg))
         progress = Progress(0, self.init_fn(self.init_keys), 0.0)
         if resume:
             restored = self.checkpointer.restore_latest({"states": progress.states})
@@ -280,6 +281,7 @@ class ContinualRun:
             progress.states, rows = self.event(progress.states, number, spectra)
             self.files.write_rows("interventions.csv", rows)
         progress.tasks_done = done
+        self.files.end_step()  # the dashboards get the task's rows
         if done % cfg.checkpoint_every == 0 or last or self.stop_requested:
             self.save(progress)
             if self.stop_requested and not last:
@@ -291,6 +293,7 @@ class ContinualRun:
         cfg = self.cfg
         progress = self.start()
         self.files.write_config(record)
+        self.files.open_dashboards(record, progress.tasks_done - 1)  # the last task logged
         started = time.time() - progress.wall_time
         bar = tqdm(total=cfg.num_tasks, initial=progress.tasks_done, unit="task",
                    disable=not cfg.progress, desc=f"{cfg.task} {cfg.intervention}",
@@ -309,6 +312,8 @@ class ContinualRun:
             raise
         finally:
             bar.close()
+            error = sys.exc_info()[1]  # a SIGTERM's stop is no failure: the run resumes
+            self.files.close_dashboards(failed=error is not None and not isinstance(error, Stopped))
         self.checkpointer.keep_latest_only()
         self.files.write_done({"tasks": cfg.num_tasks, "wall_time": progress.wall_time})
         self.files.close()
@@ -316,7 +321,7 @@ class ContinualRun:
         return progress
 
 
-IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir")
+IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir", *WATCH_SETTINGS)
 
 
 def resume_state(cfg: ContinualConfig, record: dict) -> str:

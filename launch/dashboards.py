@@ -5,6 +5,9 @@ The dashboards get exactly the rows the CSV files get (`RunFiles` hands each bat
 
     eval/return, eval/return_mean           a seed's return; the mean over the run's seeds
     train/<metric>, train/steps_per_s       train.csv's metrics; env steps per second
+    task/<metric>                           a continual run's tasks.csv: online_accuracy,
+    task/online_accuracy_mean                 final_accuracy, loss; the seeds' mean online
+                                              accuracy (the step is the task)
     diagnostics/<network>/<layer>/<metric>  every diagnostics.csv value
     intervention/<network>/<layer>/<metric> an intervention's per-layer report, and
     intervention/<kind>                     1 at each event
@@ -32,13 +35,17 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from launch.config import ConfigError, TrainConfig
+from launch.config import ConfigError
 from launch.rundir.record import flat_settings, write_json
 
 # The pip requirement of each dashboard (as setup.py's "logging" extra pins it).
 REQUIREMENTS = {"tensorboard": "tensorboardX==2.6.5", "wandb": "wandb==0.31.0"}
 MODULES = {"tensorboard": "tensorboardX", "wandb": "wandb"}
-CSV_FILES = ("train.csv", "eval.csv", "diagnostics.csv", "interventions.csv")  # a step's order
+# a step's order; an RL run writes the first two, a continual run tasks.csv
+CSV_FILES = ("train.csv", "eval.csv", "tasks.csv", "diagnostics.csv", "interventions.csv")
+TASK_METRICS = ("online_accuracy", "final_accuracy", "loss")  # tasks.csv's, after task and seed
+# a value each seed logs -> the mean over the seeds logged beside it
+MEANS = {"eval/return": "eval/return_mean", "task/online_accuracy": "task/online_accuracy_mean"}
 IDS_FILE = "dashboards.json"
 
 
@@ -46,13 +53,13 @@ class DashboardError(RuntimeError):
     """A dashboard that cannot start (wandb without an account, say); one line for the user."""
 
 
-def wanted(cfg: TrainConfig) -> list[str]:
+def wanted(cfg) -> list[str]:
     """The dashboards this run writes to: --log_to, less wandb with --wandb_mode=disabled."""
     return [name for name in cfg.log_to
             if not (name == "wandb" and cfg.wandb_mode == "disabled")]
 
 
-def check_installed(cfg: TrainConfig) -> None:
+def check_installed(cfg) -> None:
     """ConfigError naming the pip command for the first dashboard whose package cannot be
     imported (imported here, so a broken install is caught too, before anything compiles)."""
     for name in wanted(cfg):
@@ -152,12 +159,12 @@ class TensorBoard:
     every step up to it: what a resume cuts it back to. tensorboardX's protobufs and hparams
     summary make the events."""
 
-    def __init__(self, run_dir: str, seeds: Sequence[int]):
+    def __init__(self, run_dir: str, seeds: Sequence[int], headline: str = "eval/return"):
         from tensorboardX.proto import event_pb2, summary_pb2
         from tensorboardX.summary import hparams
 
         self.event_pb2, self.summary_pb2, self.hparams = event_pb2, summary_pb2, hparams
-        self.run_dir, self.seeds = run_dir, list(seeds)
+        self.run_dir, self.seeds, self.headline = run_dir, list(seeds), headline
         self.root = os.path.join(run_dir, "tensorboard")
         self.writers: dict[int, EventFile] = {}
         self.rewound = False
@@ -211,8 +218,8 @@ class TensorBoard:
                             else json.dumps(value)
                             for key, value in flat_settings({**record, "seed": seed}).items()
                             if value is not None}
-                for summary in self.hparams(settings, {"eval/return": 0.0,
-                                                       "eval/return_mean": 0.0}):
+                for summary in self.hparams(settings, {self.headline: 0.0,
+                                                       MEANS[self.headline]: 0.0}):
                     self._write(seed, self.event_pb2.Event(wall_time=time.time(), step=0,
                                                            summary=summary))
         self.flush()
@@ -249,13 +256,13 @@ class TensorBoard:
 class Wandb:
     """A wandb run per seed (one process, `reinit="create_new"`), resumed by its recorded id."""
 
-    def __init__(self, run_dir: str, cfg: TrainConfig):
+    def __init__(self, run_dir: str, cfg, key: str):
         # wandb takes this project's `agents` package for OpenAI's and suggests its Weave
         # tracing on stderr; nothing here calls a language model.
         os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")
         import wandb
 
-        self.wandb, self.cfg, self.run_dir = wandb, cfg, run_dir
+        self.wandb, self.cfg, self.run_dir, self.key = wandb, cfg, run_dir, key
         self.runs: dict[int, object] = {}
         self.held: dict[int, int] = {}
 
@@ -274,7 +281,7 @@ class Wandb:
     def open(self, record: dict, env_step: int) -> None:
         cfg = self.cfg
         ids = run_ids(self.run_dir, cfg.seeds)
-        key = f"{cfg.agent}/{cfg.env}/{cfg.name}"
+        key = self.key
         for seed in cfg.seeds:
             run_id = ids[str(seed)]
             local = self._local_steps(run_id)
@@ -314,12 +321,18 @@ class Wandb:
 class Dashboards:
     """The dashboards of one run, fed the rows its CSV files get (see the module docstring).
     A step's rows are sent together when it ends (`end_step`), one event or wandb row per seed.
+
+    `cfg` is a TrainConfig or a ContinualConfig (its run_dir, seeds, log_to and wandb_*); `key`
+    names the run on wandb (<agent>/<env>/<run_name>, continual/<task>/<run_name>), whose runs
+    are grouped by it unless --wandb_group is given; `headline` is the value each seed logs
+    that TensorBoard's hyperparameters panel shows with its mean.
     """
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg, key: str, headline: str = "eval/return"):
         names = wanted(cfg)
-        self.sinks = ([TensorBoard(cfg.run_dir, cfg.seeds)] if "tensorboard" in names else []) \
-            + ([Wandb(cfg.run_dir, cfg)] if "wandb" in names else [])
+        self.sinks = ([TensorBoard(cfg.run_dir, cfg.seeds, headline)]
+                      if "tensorboard" in names else []) \
+            + ([Wandb(cfg.run_dir, cfg, key)] if "wandb" in names else [])
         self.cfg, self.seeds = cfg, cfg.seeds
         self.step: int | None = None  # the step whose rows are pending
         self.pending: dict[int, dict[str, float]] = {}
@@ -370,8 +383,7 @@ class Dashboards:
                 print(f"wandb ({self.cfg.wandb_mode}): runs {ids}{where}", file=sys.stderr)
 
     def rows(self, name: str, rows: Iterable[Sequence]) -> None:
-        """Rows as `name` (eval.csv, train.csv, diagnostics.csv, interventions.csv) gets them:
-        (env_step, seed, ..., value)."""
+        """Rows as `name` (one of CSV_FILES) gets them: (env step or task, seed, ...)."""
         for row in rows:
             step, seed = int(row[0]), int(row[1])
             if step != self.step:
@@ -380,6 +392,9 @@ class Dashboards:
             values = self.pending.setdefault(seed, {})
             if name == "eval.csv":
                 values["eval/return"] = float(row[2])
+            elif name == "tasks.csv":
+                values.update({f"task/{metric}": float(value)
+                               for metric, value in zip(TASK_METRICS, row[2:], strict=True)})
             elif name == "train.csv":
                 values[f"train/{row[2]}"] = float(row[3])
             elif name == "diagnostics.csv":
@@ -389,16 +404,17 @@ class Dashboards:
                 values[f"intervention/{row[2]}"] = 1.0
 
     def end_step(self) -> None:
-        """Send the pending step's values, with the seeds' mean return and, for training rows
+        """Send the pending step's values, with the seeds' means (MEANS) and, for training rows
         written now, the env steps per second since the last ones."""
         if self.step is None:
             return
         step, pending = self.step, self.pending
         self.step, self.pending = None, {}
-        returns = [v["eval/return"] for v in pending.values() if "eval/return" in v]
-        if len(returns) == len(self.seeds):
-            for values in pending.values():
-                values["eval/return_mean"] = sum(returns) / len(returns)
+        for each, mean in MEANS.items():
+            logged = [v[each] for v in pending.values() if each in v]
+            if len(logged) == len(self.seeds):
+                for values in pending.values():
+                    values[mean] = sum(logged) / len(logged)
         if self.live and any(key.startswith("train/") for v in pending.values() for key in v):
             now = time.perf_counter()
             if self.last_train is not None and now > self.last_train[1]:
@@ -434,6 +450,12 @@ class Dashboards:
             self.sinks = []
 
 
-def for_config(cfg: TrainConfig) -> Dashboards | None:
-    """The run's dashboards, or None when it writes to none."""
-    return Dashboards(cfg) if wanted(cfg) else None
+def for_config(cfg) -> Dashboards | None:
+    """An RL run's dashboards (a TrainConfig's), or None when it writes to none."""
+    return Dashboards(cfg, f"{cfg.agent}/{cfg.env}/{cfg.name}") if wanted(cfg) else None
+
+
+def for_continual(cfg) -> Dashboards | None:
+    """A continual run's dashboards (a ContinualConfig's), or None when it writes to none."""
+    return (Dashboards(cfg, f"continual/{cfg.task}/{cfg.name}", "task/online_accuracy")
+            if wanted(cfg) else None)

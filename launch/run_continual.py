@@ -6,7 +6,8 @@ Tasks: permuted_mnist, random_label_mnist, random_label_cifar, random_label_imag
 continual_imagenet (data from --data_dir, docs/continual.md), and permuted_digits,
 random_label_digits (scikit-learn's bundled digits, no download). Results go to
 <logdir>/continual/<task>/<run_name>/ (config.json, tasks.csv, diagnostics.csv,
-interventions.csv, checkpoints/, done.json once finished, .lock while a process trains it).
+interventions.csv, checkpoints/, done.json once finished, .lock while a process trains it), and
+to TensorBoard or wandb with --log_to (docs/logging.md).
 Exit codes as run_sac.py's: 0 finished, 2 bad input (one line), 1 training failed, 75 the run
 directory is in use, 130 Ctrl-C, 143 stopped by SIGTERM after a checkpoint at a task boundary.
 """
@@ -35,7 +36,8 @@ from continual.loop import ContinualRun, Diverged, Stopped, resume_state
 from launch import cli as launch_cli
 from launch import ctrl_c
 from launch.cli import one_line_flag_parser
-from launch.config import ConfigError
+from launch.config import ConfigError, dashboards_warning
+from launch.dashboards import DashboardError, check_installed
 from launch.rundir.lock import (
     EXIT_IN_USE,
     EXIT_STOPPED,
@@ -79,6 +81,7 @@ def _main(argv: list[str]) -> None:
     f = flags.FLAGS
     try:
         cfg = continual_config.config_from_flags()
+        check_installed(cfg)
         run = ContinualRun(cfg)
         record = continual_config.record(cfg, run.learner_config)
         state = resume_state(cfg, record)
@@ -99,9 +102,10 @@ def _main(argv: list[str]) -> None:
     except RunDirInUse as e:
         _fail(str(e), EXIT_IN_USE)
     given = {name for name in f if f[name].present}
-    warning = continual_config.unused_flags_warning(cfg, given)
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    for warning in (continual_config.unused_flags_warning(cfg, given),
+                    dashboards_warning(cfg, given)):
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
     print(f"continual {cfg.task}: seeds {cfg.seeds}, {cfg.num_tasks} tasks of "
           f"{run.protocol.steps} steps, intervention {cfg.intervention} -> {cfg.run_dir}",
           file=sys.stderr, flush=True)
@@ -118,6 +122,8 @@ def _main(argv: list[str]) -> None:
         _fail(f"training diverged: {e}; diverged.json in {cfg.run_dir} says where", 1)
     except CannotResume as e:
         _fail(f"cannot resume: {e}", 1)
+    except DashboardError as e:
+        _fail(str(e), 1)
     except Stopped as e:
         _interrupted(f"stopped by SIGTERM after task {e.tasks_done - 1}, after a checkpoint "
                      f"there; the same command resumes {cfg.run_dir} from it", EXIT_STOPPED)

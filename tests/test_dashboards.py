@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from analysis import run_figures
 from launch.config import TrainConfig
-from launch.dashboards import REQUIREMENTS, Dashboards, wandb_steps
+from launch.dashboards import REQUIREMENTS, for_config, wandb_steps
 from launch.sweep_lib.grid import JobSpec
 from tests.helpers.dashboard_files import (
     by_step,
@@ -39,27 +40,33 @@ def run_dir_of(logdir):
 
 
 def expected_values(run_dir) -> dict[int, dict[int, dict[str, float]]]:
-    """{seed: {env_step: {name: value}}} from the CSV files, named as the dashboards name them."""
+    """{seed: {step: {name: value}}} from the CSV files, named as the dashboards name them; the
+    step is the env step of an RL run, the task of a continual run."""
     out = defaultdict(lambda: defaultdict(dict))
-    for row in read_csv(run_dir / "eval.csv"):
-        out[int(row["seed"])][int(row["env_step"])]["eval/return"] = float(row["return"])
-    for row in read_csv(run_dir / "train.csv"):
-        out[int(row["seed"])][int(row["env_step"])][f"train/{row['metric']}"] = \
-            float(row["value"])
+    continual = (run_dir / "tasks.csv").exists()
+    step_of = (lambda row: int(row["task"])) if continual else (lambda row: int(row["env_step"]))
+    for row in [] if continual else read_csv(run_dir / "eval.csv"):
+        out[int(row["seed"])][step_of(row)]["eval/return"] = float(row["return"])
+    for row in [] if continual else read_csv(run_dir / "train.csv"):
+        out[int(row["seed"])][step_of(row)][f"train/{row['metric']}"] = float(row["value"])
+    for row in read_csv(run_dir / "tasks.csv") if continual else []:
+        for metric in ("online_accuracy", "final_accuracy", "loss"):
+            out[int(row["seed"])][step_of(row)][f"task/{metric}"] = float(row[metric])
     for row in read_csv(run_dir / "diagnostics.csv"):
         name = f"diagnostics/{row['network']}/{row['layer']}/{row['metric']}"
-        out[int(row["seed"])][int(row["env_step"])][name] = float(row["value"])
+        out[int(row["seed"])][step_of(row)][name] = float(row["value"])
     for row in read_csv(run_dir / "interventions.csv"):
-        values = out[int(row["seed"])][int(row["env_step"])]
+        values = out[int(row["seed"])][step_of(row)]
         values[f"intervention/{row['network']}/{row['layer']}/{row['metric']}"] = \
             float(row["value"])
         values[f"intervention/{row['kind']}"] = 1.0
-    for step in {step for steps in out.values() for step in steps}:
-        returns = [out[seed][step]["eval/return"] for seed in out
-                   if "eval/return" in out[seed][step]]
-        if returns:
-            for seed in out:
-                out[seed][step]["eval/return_mean"] = sum(returns) / len(returns)
+    for each, mean in (("eval/return", "eval/return_mean"),
+                       ("task/online_accuracy", "task/online_accuracy_mean")):
+        for step in {step for steps in out.values() for step in steps}:
+            logged = [out[seed][step][each] for seed in out if each in out[seed][step]]
+            if logged:
+                for seed in out:
+                    out[seed][step][mean] = sum(logged) / len(logged)
     return out
 
 
@@ -69,7 +76,8 @@ def assert_tensorboard_holds(run_dir, expected):
     for seed, steps in expected.items():
         scalars = tensorboard_scalars(run_dir / "tensorboard" / f"seed{seed}")
         names = {name for values in steps.values() for name in values}
-        assert names | {"train/steps_per_s"} == set(scalars), seed
+        rates = {"train/steps_per_s"} if any(n.startswith("train/") for n in names) else set()
+        assert names | rates == set(scalars), seed
         for name, series in scalars.items():
             held = by_step(series)
             assert all(len(v) == 1 for v in held.values()), f"{name}: a step twice"
@@ -172,15 +180,13 @@ def continual_run(folder: Path, events_after: range) -> Path:
 
 def test_plot_run_draws_a_continual_run_against_tasks(tmp_path, monkeypatch):
     """A continual run's online accuracy per task and its diagnostics; an event after task k is
-    drawn at k + 0.5, and more events than plot_run.MAX_MARKED go in the legend only."""
-    from launch import plot_run
-
+    drawn at k + 0.5, and more events than run_figures.MAX_MARKED go in the legend only."""
     figures = {}
-    monkeypatch.setattr(plot_run, "_save", lambda fig, path: figures.setdefault(
+    monkeypatch.setattr(run_figures, "_save", lambda fig, path: figures.setdefault(
         os.path.basename(path), fig) and path)
     run_dir = continual_run(tmp_path / "continual" / "permuted_digits" / "reset-seed0",
                             range(4))
-    written = plot_run.plot_run(str(run_dir), str(tmp_path / "out"))
+    written = run_figures.plot_run(str(run_dir), str(tmp_path / "out"))
     assert [os.path.basename(p) for p in written] == ["learning_curve.png", "diagnostics_net.png"]
     ax = figures["learning_curve.png"].axes[0]
     assert ax.get_xlabel() == "task" and ax.get_ylabel() == "online accuracy"
@@ -190,12 +196,12 @@ def test_plot_run_draws_a_continual_run_against_tasks(tmp_path, monkeypatch):
     assert drawn == [0.5, 1.5, 2.5, 3.5]
     assert figures["diagnostics_net.png"].axes[-1].get_xlabel() == "task"
 
-    many = continual_run(tmp_path / "many", range(plot_run.MAX_MARKED + 1))
-    fig, ax = plot_run.plt.subplots()
-    plot_run.mark_interventions(ax, str(many), plot_run.CONTINUAL)
+    many = continual_run(tmp_path / "many", range(run_figures.MAX_MARKED + 1))
+    fig, ax = run_figures.plt.subplots()
+    run_figures.mark_interventions(ax, str(many), run_figures.CONTINUAL)
     assert not [line for line in ax.lines if len(line.get_xdata())]
     assert [line.get_label() for line in ax.lines] == [
-        f"reset ({plot_run.MAX_MARKED + 1} events, not drawn)"]
+        f"reset ({run_figures.MAX_MARKED + 1} events, not drawn)"]
 
 
 @pytest.mark.slow
@@ -235,6 +241,34 @@ def test_a_run_killed_while_saving_and_resumed_holds_each_step_once(logged_run, 
     assert_wandb_holds(run_dir, expected)
     ids = json.loads((run_dir / "dashboards.json").read_text())["wandb_ids"]
     assert all(len(wandb_segments(run_dir, run_id)) == 2 for run_id in ids.values())
+
+
+@pytest.mark.slow
+def test_a_continual_run_killed_while_saving_and_resumed_holds_each_task_once(tmp_path):
+    """A continual run's tasks.csv, diagnostics and events, the task as the step, in both
+    dashboards; SIGKILL while the checkpoint after task 2 is written, then the same command."""
+    args = ["--task=random_label_digits", "--intervention=reset", "--num_tasks=4",
+            "--num_seeds=2", "--hidden_dim=8", "--epochs=1", "--checkpoint_every=1",
+            "--progress=false", *DASHBOARDS, f"--logdir={tmp_path}"]
+    killed = subprocess.run([sys.executable, KILLSAVE, "3", script("run_continual.py"), *args],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = run("run_continual.py", *args)
+    assert "resumed after task 1" in resumed.stderr
+    run_dir = tmp_path / "continual" / "random_label_digits" / "reset-seed0"
+    expected = expected_values(run_dir)
+    assert sorted(expected) == [0, 1] and sorted(expected[0]) == [0, 1, 2, 3]
+    assert expected[1][2]["intervention/reset"] == 1.0 and "task/loss" in expected[1][3]
+    assert_tensorboard_holds(run_dir, expected)
+    assert_wandb_holds(run_dir, expected)
+    for seed in (0, 1):
+        hparams = tensorboard_hparams(run_dir / "tensorboard" / f"seed{seed}")
+        assert hparams["task"] == "random_label_digits" and hparams["seed"] == seed
+    ids = json.loads((run_dir / "dashboards.json").read_text())["wandb_ids"]
+    assert all(len(wandb_segments(run_dir, run_id)) == 2 for run_id in ids.values())
+    record, _ = wandb_run(run_dir, ids["1"])
+    assert record.run_group == "continual/random_label_digits/reset-seed0"
+    assert record.display_name == "continual/random_label_digits/reset-seed0/seed1"
 
 
 @pytest.mark.slow
@@ -350,7 +384,7 @@ def test_a_resumed_wandb_run_skips_the_steps_its_files_hold(tmp_path):
     rows = {step: [(step, seed, f"m{i}", f"{step + seed + i / 1000:g}") for seed in (0, 1)
                    for i in range(400)] for step in range(1, 8)}
 
-    first = Dashboards(cfg)
+    first = for_config(cfg)
     first.open({"utd": 1}, 0, lambda name: [])
     for step in range(1, 6):
         first.rows("train.csv", rows[step])
@@ -358,7 +392,7 @@ def test_a_resumed_wandb_run_skips_the_steps_its_files_hold(tmp_path):
     first.close()
     time.sleep(1.1)  # wandb names a launch's folder by the second it started in
 
-    resumed = Dashboards(cfg)
+    resumed = for_config(cfg)
     csv = {"train.csv": [list(map(str, r)) for step in range(1, 4) for r in rows[step]]}
     resumed.open({"utd": 1}, 3, lambda name: csv.get(name, []))
     for step in range(4, 8):

@@ -138,6 +138,7 @@ def one_line_error(proc) -> str:
     (["--num_tasks=-1"], ["--num_tasks", "positive"]),
     (["--channels=8"], ["--channels", "random_label_cifar"]),
     (["--optimizer=rmsprop"], ["--optimizer", "adam", "sgd", "muon"]),
+    (["--log_to=tensorbord"], ["--log_to='tensorbord'", "tensorboard, wandb"]),
 ])
 def test_bad_input_is_one_line(tmp_path, args, words):
     line = one_line_error(run("run_continual.py", *args, f"--logdir={tmp_path}", check=False))
@@ -169,17 +170,22 @@ def test_sigterm_stops_at_a_task_boundary_after_a_checkpoint(tmp_path):
 
 def test_a_run_directory_holding_other_settings_is_refused(tmp_path):
     """The same run directory with another setting is refused, naming it; the settings that may
-    change on a resume (how it shows progress, the library versions) are not compared."""
+    change on a resume (how it shows progress, the library versions, the dashboards) are not
+    compared."""
     digits = BENCHMARKS["random_label_digits"]
     cfg = dataclasses.replace(CONTINUAL_DEFAULTS, task="random_label_digits", num_tasks=3,
                               examples=digits.examples, epochs=digits.epochs,
                               batch_size=digits.batch_size, hidden_dim=digits.hidden_dim,
                               logdir=str(tmp_path))
-    record = continual_config.record(cfg, learner_config(cfg, load_source(cfg)))
+    learner = learner_config(cfg, load_source(cfg))
+    record = continual_config.record(cfg, learner)
     os.makedirs(cfg.run_dir)
     with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
         json.dump({**record, "versions": {"jax": "0.0"}, "progress": False}, f)
     assert resume_state(cfg, record) == "fresh"
+    watched = dataclasses.replace(cfg, log_to=("tensorboard", "wandb"), wandb_mode="offline",
+                                  wandb_project="p", wandb_entity="e", wandb_group="g")
+    assert resume_state(watched, continual_config.record(watched, learner)) == "fresh"
     other = dataclasses.replace(cfg, num_tasks=4, learning_rate=0.01)
     with pytest.raises(ConfigError, match=r"different settings \(learner_config\.learning_rate: "
                        r"0\.001 there, 0\.01 now, learning_rate: 0\.001 there, 0\.01 now, "

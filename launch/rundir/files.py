@@ -165,7 +165,10 @@ class RunFiles:
             self.dashboards.rewind({k: v for k, v in offsets.items() if k not in self._files})
 
     def read_rows(self, name: str) -> list[list[str]]:
-        """The rows a CSV file holds now, without its header (what the dashboards catch up on)."""
+        """The rows a CSV file holds now, without its header (what the dashboards catch up on);
+        none of a file this run does not write."""
+        if name not in self._files:
+            return []
         self._files[name].flush()
         with open(os.path.join(self.run_dir, name), newline="") as f:
             return list(csv.reader(f))[1:]

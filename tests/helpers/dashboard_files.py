@@ -82,8 +82,10 @@ def wandb_history(run_dir, run_id) -> list[dict]:
 
 
 def wandb_run(run_dir, run_id):
-    """The run record (id, group, name, config) of the run id's first segment."""
-    for record in wandb_records(wandb_segments(run_dir, run_id)[0]):
+    """The run record (id, group, name, config) of the run id's first segment that holds one (a
+    segment whose process was killed may hold none)."""
+    records = (r for path in wandb_segments(run_dir, run_id) for r in wandb_records(path))
+    for record in records:
         if record.WhichOneof("record_type") == "run":
             config = {item.key or ".".join(item.nested_key): json.loads(item.value_json)
                       for item in record.run.config.update}
