@@ -272,6 +272,29 @@ def test_a_continual_run_killed_while_saving_and_resumed_holds_each_task_once(tm
 
 
 @pytest.mark.slow
+def test_wandb_without_an_account_stops_with_one_line_and_offline_then_trains(tmp_path):
+    """Online wandb with no API key anywhere: exit 1 with one line before the first task; the
+    same run directory then trains with --wandb_mode=offline (dashboard flags may change)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(NETRC=str(tmp_path / "no_netrc"), WANDB_CONFIG_DIR=str(tmp_path / "wandb_config"))
+    args = [script("run_continual.py"), "--num_tasks=2", "--hidden_dim=8", "--epochs=1",
+            "--progress=false", "--log_to=wandb", f"--logdir={tmp_path}"]
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and proc.stderr.splitlines()[-1] == errors[0], proc.stderr
+    assert errors[0].startswith("error: wandb could not start the run of seed 0 (")
+    assert errors[0].endswith("--wandb_mode=offline logs without an account or network")
+    run_dir = tmp_path / "continual" / "random_label_digits" / "none-seed0"
+    assert read_csv(run_dir / "tasks.csv") == []
+    proc = subprocess.run([sys.executable, *args, "--wandb_mode=offline"], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(read_csv(run_dir / "tasks.csv")) == 2 and (run_dir / "done.json").exists()
+
+
+@pytest.mark.slow
 def test_dashboards_turned_on_at_a_resume_catch_up_from_the_csv_files(tmp_path):
     """A run started without dashboards, killed, and resumed with them: they get the rows up
     to the checkpoint from the CSV files, then the new ones."""
