@@ -14,6 +14,7 @@ import csv
 import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -52,17 +53,15 @@ def find_runs(roots: Sequence[str]) -> list[str]:
             if "tasks.csv" in files and "config.json" in files:
                 found.append(folder)
     if not found:
-        rl = any(_holds_rl_runs(root) for root in roots)
+        from analysis.layouts import find_project_run_dirs  # RL run dirs, for the hint alone
+
+        rl = any(find_project_run_dirs(Path(root)) for root in roots)
         raise AggregationError(f"--runs: no continual run (config.json and tasks.csv) under "
                                f"{', '.join(roots)}" + (
                                    "; it holds RL runs (config.json + eval.csv), which "
                                    "launch/aggregate.py aggregates and launch/plot_run.py draws"
                                    if rl else ""))
     return found
-
-
-def _holds_rl_runs(root: str) -> bool:
-    return any("eval.csv" in files and "config.json" in files for _, _, files in os.walk(root))
 
 
 def label_of(config: dict, group_by: Sequence[str]) -> str:
