@@ -5,12 +5,13 @@ singular values all lie in [1/c, c]; c = 1 gives U V^T. Which leaves are weight 
 how conv kernels and leading ensemble / seed axes are handled, is defined in matrices.py.
 """
 
+from functools import partial
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 
-from interventions.linalg import each_matrix
+from interventions.linalg import MAX_UNROLLED, stacked, unrolled
 from interventions.matrices import map_weight_matrices
 from interventions.newton_schulz import DEFAULT_NS_STEPS, ns_clip_matrices
 
@@ -39,19 +40,15 @@ GRAM_MAX_COND = 8.0
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
-@jax.custom_batching.sequential_vmap
-def _clip_matrix(w: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
-    """U clip(S, lower, upper) V^T of one float32 (m, n) matrix.
+def _clip_matrix(a: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
+    """U clip(S, lower, upper) V^T of one float32 (m, n) matrix, m >= n, on its own.
 
-    With A = W (or W^T if wide, so A^T A is the smaller Gram matrix), A^T A = V S^2 V^T: its
-    eigenvectors are A's right singular vectors, and A V diag(clip(s)/s) V^T is the clipped
-    matrix. Past GRAM_MAX_COND the squared spectrum loses the small singular values in float32,
-    and the SVD of A is used instead; a Cholesky factor L of A^T A sends a matrix there without
-    the eigendecomposition when max_i (A^T A)_ii / min_i L_ii^2, a lower bound on cond(A)^2,
-    already exceeds GRAM_MAX_COND^2.
+    A^T A = V S^2 V^T: its eigenvectors are A's right singular vectors, and A V diag(clip(s)/s)
+    V^T is the clipped matrix. Past GRAM_MAX_COND the squared spectrum loses the small singular
+    values in float32, and the SVD of A is used instead; a Cholesky factor L of A^T A sends a
+    matrix there without the eigendecomposition when max_i (A^T A)_ii / min_i L_ii^2, a lower
+    bound on cond(A)^2, already exceeds GRAM_MAX_COND^2.
     """
-    wide = w.shape[0] < w.shape[1]
-    a = w.T if wide else w
     gram = jnp.matmul(a.T, a, precision=_HIGHEST)
     pivots = jnp.square(jnp.diagonal(jnp.linalg.cholesky(gram)))  # NaN if not positive definite
     maybe_conditioned = jnp.max(jnp.diagonal(gram)) <= GRAM_MAX_COND**2 * jnp.min(pivots)
@@ -66,29 +63,72 @@ def _clip_matrix(w: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
         conditioned = (lam[0] > 0) & (lam[-1] <= GRAM_MAX_COND**2 * lam[0])
 
         def by_gram(a):
-            s = jnp.sqrt(lam)
-            clipped = jnp.clip(s, lower, upper)
-            scale = jnp.matmul(v * (clipped / s), v.T, precision=_HIGHEST)  # V diag(clip/s) V^T
-            return jnp.matmul(a, scale, precision=_HIGHEST), jnp.all(clipped == s)
+            return _rebuild(a, lam, v, lower, upper)
 
         return jax.lax.cond(conditioned, by_gram, by_svd, a)
 
     rebuilt, inside = jax.lax.cond(maybe_conditioned, by_gram_or_svd, by_svd, a)
-    out = jnp.where(inside, a, rebuilt)  # a matrix the clip leaves fixed gets no round-off
-    return out.T if wide else out
+    return jnp.where(inside, a, rebuilt)  # a matrix the clip leaves fixed gets no round-off
+
+
+def _rebuild(a, lam, v, lower, upper):
+    """(A V diag(clip(s)/s) V^T, whether no s moved) from A^T A = V diag(lam) V^T, s = sqrt(lam),
+    for one matrix or a stack (lower, upper of shape (B, 1) then)."""
+    s = jnp.sqrt(lam)
+    clipped = jnp.clip(s, lower, upper)
+    scale = jnp.matmul(v * (clipped / s)[..., None, :], jnp.swapaxes(v, -1, -2), precision=_HIGHEST)
+    return jnp.matmul(a, scale, precision=_HIGHEST), jnp.all(clipped == s, axis=-1)
+
+
+def _eigh(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return tuple(jnp.linalg.eigh(gram))
+
+
+@stacked
+def _clip_stack(a: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
+    """_clip_matrix of each matrix of a float32 stack (B, m, n), m >= n, bounds (B,).
+
+    When every matrix of the stack (of every vmapped seed: `stacked`) passes the Cholesky bound
+    and the eigendecomposition's check, the stack is clipped through its Gram matrices with the
+    eigendecompositions side by side (linalg.py); otherwise each matrix goes its own way.
+    """
+    one_by_one = lambda a: jax.lax.map(lambda x: _clip_matrix(*x), (a, lower, upper))
+    if a.shape[0] > MAX_UNROLLED:
+        return one_by_one(a)
+    gram = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
+    pivots = jnp.square(jnp.diagonal(unrolled(jnp.linalg.cholesky, gram), axis1=-2, axis2=-1))
+    maybe_conditioned = jnp.all(jnp.max(jnp.diagonal(gram, axis1=-2, axis2=-1), -1)
+                                <= GRAM_MAX_COND**2 * jnp.min(pivots, -1))
+
+    def skip(gram):  # no eigenvalues, which fails the check below
+        return jnp.zeros(gram.shape[:-1], gram.dtype), jnp.zeros_like(gram)
+
+    lam, v = jax.lax.cond(maybe_conditioned, partial(unrolled, _eigh), skip, gram)
+    conditioned = jnp.all((lam[:, 0] > 0) & (lam[:, -1] <= GRAM_MAX_COND**2 * lam[:, 0]))
+
+    def by_gram(a):
+        rebuilt, inside = _rebuild(a, lam, v, lower[:, None], upper[:, None])
+        return jnp.where(inside[:, None, None], a, rebuilt)
+
+    return jax.lax.cond(conditioned, by_gram, one_by_one, a)
 
 
 def svd_clip_matrices(w: jax.Array, lower: Any, upper: Any) -> jax.Array:
-    """U clip(S, lower, upper) V^T for each (batch..., m, n) matrix, in float32, one matrix at a
-    time (linalg.py); `lower` or `upper` None is no bound.
+    """U clip(S, lower, upper) V^T for each (batch..., m, n) matrix, in float32, one LAPACK call
+    per matrix (linalg.py); `lower` or `upper` None is no bound.
 
     A matrix whose singular values already lie in the bounds is returned as it was (the projection
     leaves it fixed), so no round-off is added to it.
     """
     lower = jnp.float32(0.0) if lower is None else jnp.asarray(lower, jnp.float32)
     upper = jnp.float32(jnp.inf) if upper is None else jnp.asarray(upper, jnp.float32)
-    clipped = each_matrix(lambda m: _clip_matrix(m, lower, upper), w)
-    return clipped.astype(w.dtype)
+    a = jnp.asarray(w, jnp.float32)
+    wide = a.shape[-2] < a.shape[-1]
+    a = jnp.swapaxes(a, -1, -2) if wide else a
+    flat = a.reshape(-1, *a.shape[-2:])
+    bounds = [jnp.broadcast_to(x, flat.shape[:1]) for x in (lower, upper)]
+    out = _clip_stack(flat, *bounds).reshape(a.shape)
+    return (jnp.swapaxes(out, -1, -2) if wide else out).astype(w.dtype)
 
 
 def singular_clip(

@@ -7,12 +7,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from interventions.linalg import stacked, unrolled
 from networks.layers import dense_cls, layer_norm_cls
 
 
-@jax.custom_batching.sequential_vmap
+@stacked
 def _qr(z: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return jnp.linalg.qr(z)
+    return unrolled(jnp.linalg.qr, z)
 
 
 def thin_q(z: jax.Array) -> jax.Array:
@@ -20,11 +21,12 @@ def thin_q(z: jax.Array) -> jax.Array:
 
     LAPACK's QR one matrix at a time, also under jax.vmap: jaxlib 0.10.2's batched CPU LAPACK
     kernels block XLA's thread pool and can deadlock when several run at once (an ensemble's or
-    the seed axis' vmapped init); a single matrix runs inline (interventions/linalg.py does the
-    same for SVDs). A SAC init takes 10 ms (`benchmarks/events.py`, "its fresh init").
+    the seed axis' vmapped init); a single matrix runs inline, and the QRs of every vmapped seed
+    and ensemble member are issued side by side (interventions/linalg.py). A SAC init takes
+    10 ms (`benchmarks/events.py`, "its fresh init").
     """
-    q, r = _qr(z)
-    return q * jnp.sign(jnp.diagonal(r))
+    q, r = _qr(z[None])
+    return q[0] * jnp.sign(jnp.diagonal(r[0]))
 
 
 def orthogonal(scale: float = 1.0) -> nn.initializers.Initializer:

@@ -1,6 +1,8 @@
 """BroNet and BRO's networks: block structure for any depth against a numpy forward pass,
 initialisation, heads, the optimistic actor's shift and std, recorded features."""
 
+import re
+
 import flax
 import jax
 import jax.numpy as jnp
@@ -100,6 +102,22 @@ def test_orthogonal_init_equals_jax_orthogonal_init(shape):
     vmapped = jax.jit(jax.vmap(lambda k: orthogonal(1.5)(k, shape)))(keys)
     np.testing.assert_array_equal(
         vmapped, np.stack([jax.nn.initializers.orthogonal(1.5)(k, shape) for k in keys]))
+    grid = jax.random.split(jax.random.key(5), (2, 3))  # seeds x ensemble members: nested vmaps
+    nested = jax.jit(jax.vmap(jax.vmap(lambda k: orthogonal(1.5)(k, shape))))(grid)
+    np.testing.assert_array_equal(
+        nested, [[jax.nn.initializers.orthogonal(1.5)(k, shape) for k in row] for row in grid])
+
+
+def test_a_vmapped_init_calls_lapack_on_one_matrix_at_a_time():
+    """Batched CPU LAPACK calls can deadlock (interventions/linalg.py): the seeds' QRs are one
+    call per matrix, also past linalg.MAX_UNROLLED, where they run in a loop."""
+    init = jax.vmap(jax.vmap(lambda k: orthogonal()(k, (9, 5))))
+    for seeds in (3, 40):  # 3 x 2 matrices side by side; 40 x 2 > MAX_UNROLLED in a loop
+        keys = jax.random.split(jax.random.key(0), (seeds, 2))
+        hlo = jax.jit(init).lower(keys).compile().as_text()
+        calls = re.findall(r"custom_call_target=\"lapack_\w+\".*?num_batch_dims=\"(\d+)\"", hlo)
+        assert calls and set(calls) == {"0"}, calls
+        assert len(calls) == (2 * seeds * 2 if seeds == 3 else 2), len(calls)  # geqrf + orgqr
 
 
 @pytest.mark.slow
