@@ -23,13 +23,15 @@ def _singular_values(w: jax.Array) -> jax.Array:
 
 
 MAX_UNROLLED = 64  # more matrices than this go through a loop, to bound the program's size
+MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they only add compile time
 
 
 def unrolled(fn, *stacks):
     """fn of single matrices over stacks (B, ...), one call per matrix side by side (a loop past
-    MAX_UNROLLED); every output of every call is stacked, so all stay alive to the end."""
+    MAX_UNROLLED matrices, or below MIN_UNROLLED_ENTRIES entries in the first stack's); every
+    output of every call is stacked, so all stay alive to the end."""
     size = stacks[0].shape[0]
-    if size > MAX_UNROLLED:
+    if size > MAX_UNROLLED or stacks[0][0].size < MIN_UNROLLED_ENTRIES:
         return jax.lax.map(lambda xs: fn(*xs), stacks)
     outs = [fn(*(x[i] for x in stacks)) for i in range(size)]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)

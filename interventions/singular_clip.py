@@ -11,7 +11,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from interventions.linalg import MAX_UNROLLED, stacked, unrolled
+from interventions.linalg import stacked, unrolled
 from interventions.matrices import map_weight_matrices
 from interventions.newton_schulz import DEFAULT_NS_STEPS, ns_clip_matrices
 
@@ -33,51 +33,20 @@ def clip_bounds(c: float | jax.Array, sides: Sides) -> tuple[Any, Any]:
     return lower, upper
 
 
-# A matrix whose condition number is at most this is clipped through the eigendecomposition of
-# its Gram matrix, whose float32 error grows as cond^2: up to 8 it stays within a few times the
-# SVD's (tests/test_singular_clip.py) at a third to a half of its time (benchmarks/clip.py).
+# Matrices whose condition numbers are at most this are clipped through the eigendecompositions
+# of their Gram matrices, whose float32 error grows as cond^2: up to 8 it stays within a few
+# times the SVD's (tests/test_singular_clip.py) at a third to a half of its time
+# (benchmarks/clip.py).
 GRAM_MAX_COND = 8.0
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
-def _clip_matrix(a: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
-    """U clip(S, lower, upper) V^T of one float32 (m, n) matrix, m >= n, on its own.
-
-    A^T A = V S^2 V^T: its eigenvectors are A's right singular vectors, and A V diag(clip(s)/s)
-    V^T is the clipped matrix. Past GRAM_MAX_COND the squared spectrum loses the small singular
-    values in float32, and the SVD of A is used instead; a Cholesky factor L of A^T A sends a
-    matrix there without the eigendecomposition when max_i (A^T A)_ii / min_i L_ii^2, a lower
-    bound on cond(A)^2, already exceeds GRAM_MAX_COND^2.
-    """
-    gram = jnp.matmul(a.T, a, precision=_HIGHEST)
-    pivots = jnp.square(jnp.diagonal(jnp.linalg.cholesky(gram)))  # NaN if not positive definite
-    maybe_conditioned = jnp.max(jnp.diagonal(gram)) <= GRAM_MAX_COND**2 * jnp.min(pivots)
-
-    def by_svd(a):
-        u, s, vt = jnp.linalg.svd(a, full_matrices=False)
-        clipped = jnp.clip(s, lower, upper)
-        return jnp.matmul(u * clipped, vt, precision=_HIGHEST), jnp.all(clipped == s)
-
-    def by_gram_or_svd(a):
-        lam, v = jnp.linalg.eigh(gram)
-        conditioned = (lam[0] > 0) & (lam[-1] <= GRAM_MAX_COND**2 * lam[0])
-
-        def by_gram(a):
-            return _rebuild(a, lam, v, lower, upper)
-
-        return jax.lax.cond(conditioned, by_gram, by_svd, a)
-
-    rebuilt, inside = jax.lax.cond(maybe_conditioned, by_gram_or_svd, by_svd, a)
-    return jnp.where(inside, a, rebuilt)  # a matrix the clip leaves fixed gets no round-off
-
-
-def _rebuild(a, lam, v, lower, upper):
-    """(A V diag(clip(s)/s) V^T, whether no s moved) from A^T A = V diag(lam) V^T, s = sqrt(lam),
-    for one matrix or a stack (lower, upper of shape (B, 1) then)."""
-    s = jnp.sqrt(lam)
+def _svd_clip(a: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
+    """U clip(S, lower, upper) V^T of one float32 matrix from its SVD; a matrix the clip leaves
+    fixed is returned as it was, without round-off."""
+    u, s, vt = jnp.linalg.svd(a, full_matrices=False)
     clipped = jnp.clip(s, lower, upper)
-    scale = jnp.matmul(v * (clipped / s)[..., None, :], jnp.swapaxes(v, -1, -2), precision=_HIGHEST)
-    return jnp.matmul(a, scale, precision=_HIGHEST), jnp.all(clipped == s, axis=-1)
+    return jnp.where(jnp.all(clipped == s), a, jnp.matmul(u * clipped, vt, precision=_HIGHEST))
 
 
 def _eigh(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -86,17 +55,20 @@ def _eigh(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 @stacked
 def _clip_stack(a: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
-    """_clip_matrix of each matrix of a float32 stack (B, m, n), m >= n, bounds (B,).
+    """U clip(S, lower, upper) V^T of each matrix of a float32 stack (B, m, n), m >= n, bounds
+    (B,); under jax.vmap the stack holds every vmapped seed's matrices (linalg.stacked).
 
-    When every matrix of the stack (of every vmapped seed: `stacked`) passes the Cholesky bound
-    and the eigendecomposition's check, the stack is clipped through its Gram matrices with the
-    eigendecompositions side by side (linalg.py); otherwise each matrix goes its own way.
+    A^T A = V S^2 V^T: its eigenvectors are A's right singular vectors, and A V diag(clip(s)/s)
+    V^T is the clipped matrix. The stack goes this way, its eigendecompositions side by side
+    (linalg.unrolled), when every matrix's condition number is at most GRAM_MAX_COND; otherwise
+    past it the squared spectrum loses the small singular values in float32, and each matrix is
+    clipped through its SVD. A Cholesky factor L of A^T A sends the stack there without the
+    eigendecompositions when some max_i (A^T A)_ii / min_i L_ii^2, a lower bound on cond(A)^2,
+    already exceeds GRAM_MAX_COND^2.
     """
-    one_by_one = lambda a: jax.lax.map(lambda x: _clip_matrix(*x), (a, lower, upper))
-    if a.shape[0] > MAX_UNROLLED:
-        return one_by_one(a)
     gram = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
-    pivots = jnp.square(jnp.diagonal(unrolled(jnp.linalg.cholesky, gram), axis1=-2, axis2=-1))
+    chol = unrolled(jnp.linalg.cholesky, gram)  # NaN where not positive definite
+    pivots = jnp.square(jnp.diagonal(chol, axis1=-2, axis2=-1))
     maybe_conditioned = jnp.all(jnp.max(jnp.diagonal(gram, axis1=-2, axis2=-1), -1)
                                 <= GRAM_MAX_COND**2 * jnp.min(pivots, -1))
 
@@ -107,10 +79,17 @@ def _clip_stack(a: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
     conditioned = jnp.all((lam[:, 0] > 0) & (lam[:, -1] <= GRAM_MAX_COND**2 * lam[:, 0]))
 
     def by_gram(a):
-        rebuilt, inside = _rebuild(a, lam, v, lower[:, None], upper[:, None])
-        return jnp.where(inside[:, None, None], a, rebuilt)
+        s = jnp.sqrt(lam)
+        clipped = jnp.clip(s, lower[:, None], upper[:, None])
+        scale = jnp.matmul(v * (clipped / s)[:, None, :], jnp.swapaxes(v, -1, -2),
+                           precision=_HIGHEST)  # V diag(clip(s)/s) V^T
+        inside = jnp.all(clipped == s, axis=-1)  # a matrix the clip leaves fixed: no round-off
+        return jnp.where(inside[:, None, None], a, jnp.matmul(a, scale, precision=_HIGHEST))
 
-    return jax.lax.cond(conditioned, by_gram, one_by_one, a)
+    def by_svd(a):
+        return jax.lax.map(lambda x: _svd_clip(*x), (a, lower, upper))
+
+    return jax.lax.cond(conditioned, by_gram, by_svd, a)
 
 
 def svd_clip_matrices(w: jax.Array, lower: Any, upper: Any) -> jax.Array:

@@ -275,21 +275,23 @@ def test_an_ill_conditioned_matrix_is_clipped_through_its_svd(monkeypatch):
     assert np.abs(by_gram - expected).max() > 10 * TOL * np.abs(expected).max()
 
 
-def test_seeds_of_a_vmapped_clip_each_get_their_own_way_when_one_is_ill_conditioned():
-    """The seeds' matrices are clipped side by side through their Gram matrices only when every
-    one of them is well conditioned; one ill-conditioned seed sends each its own way."""
+def test_a_vmapped_clip_takes_the_gram_route_only_when_every_seed_is_well_conditioned(
+        monkeypatch):
+    """The seeds' matrices are clipped together through their Gram matrices only when every one
+    of them is well conditioned; one ill-conditioned seed sends them all through their SVDs."""
     rng = np.random.default_rng(7)
     well = random_with_spectrum(rng, 200, 64, 3.0 * np.geomspace(1.0, 1 / 4, 64))
     ill = random_with_spectrum(rng, 200, 64, np.concatenate([[3.0], np.full(62, 1.0), [1e-2]]))
     clip = jax.jit(jax.vmap(lambda w: singular_clip({"kernel": w}, 2.0)["kernel"]))
-    for stack in ([well, 0.5 * well], [well, ill, 2.0 * well]):
-        w = jnp.asarray(np.stack(stack), jnp.float32)
-        got = np.asarray(clip(w))
-        for k, one in enumerate(w):
-            alone = np.asarray(singular_clip({"kernel": one}, 2.0)["kernel"])
-            np.testing.assert_array_equal(got[k], alone)
-            expected = np_clip(np.asarray(one), 0.5, 2.0)
+    for stack, max_cond in (([well, 0.5 * well], np.inf), ([well, ill, 2.0 * well], 0.0)):
+        w = np.stack(stack).astype(np.float32)
+        got = np.asarray(clip(jnp.asarray(w)))
+        for k, one in enumerate(w):  # each alone, sent the stack's way
+            np.testing.assert_array_equal(got[k], clip_with_gram_max_cond(monkeypatch, one,
+                                                                          max_cond))
+            expected = np_clip(one, 0.5, 2.0)
             np.testing.assert_allclose(got[k], expected, atol=TOL * np.abs(expected).max())
+        monkeypatch.undo()
 
 
 @pytest.mark.parametrize("seeds", [3, 40])
@@ -297,10 +299,21 @@ def test_a_vmapped_clip_calls_lapack_on_one_matrix_at_a_time(seeds):
     """Batched CPU LAPACK calls can deadlock (interventions/linalg.py): the seeds' Cholesky
     factors and eigendecompositions are one call per matrix, side by side (or in a loop past
     linalg.MAX_UNROLLED)."""
-    w = jnp.ones((seeds, 2, 12, 5), jnp.float32)  # seeds x an ensemble of two 12 x 5 matrices
+    w = jnp.ones((seeds, 2, 80, 64), jnp.float32)  # seeds x an ensemble of two 80 x 64 matrices
     clip = jax.vmap(lambda w: singular_clip({"VmapCritic_0": {"kernel": w}}, 2.0))
     hlo = jax.jit(clip).lower(w).compile().as_text()
     calls = re.findall(r'custom_call_target="lapack_(\w+)_ffi".*?num_batch_dims="(\d+)"', hlo)
     assert calls and {batch for _, batch in calls} == {"0"}, calls
     eighs = sum(name == "ssyevd" for name, _ in calls)
-    assert eighs == (2 * seeds + 1 if seeds == 3 else 1), calls  # + the one-by-one way's
+    assert eighs == (2 * seeds if seeds == 3 else 1), calls
+
+
+def test_a_clip_factor_per_seed_under_vmap():
+    rng = np.random.default_rng(8)
+    w = np.stack([random_with_spectrum(rng, 90, 70, np.geomspace(3.0, 0.3, 70))
+                  for _ in range(3)]).astype(np.float32)
+    cs = np.array([1.0, 1.5, 2.5], np.float32)
+    got = jax.jit(jax.vmap(lambda w, c: singular_clip({"kernel": w}, c)["kernel"]))(w, cs)
+    for k in range(3):
+        expected = np_clip(w[k], 1 / cs[k], cs[k])
+        np.testing.assert_allclose(got[k], expected, atol=TOL * np.abs(expected).max())
