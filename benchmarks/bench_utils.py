@@ -1,13 +1,16 @@
 """Shared measurement helpers for the benchmark scripts (run as `python benchmarks/<name>.py`).
 
 The benchmarks' startup: importing it sets the framework's XLA:CPU options
-(`launch.xla_flags`) before JAX starts, so the benchmarks measure what training runs with;
-SINGULARCLIP_STOCK_XLA=1 measures stock XLA instead.
+(`launch.xla_flags`) and one OpenBLAS thread (`launch.startup.one_blas_thread`) before JAX
+starts, so the benchmarks measure what training runs with; SINGULARCLIP_STOCK_XLA=1 measures
+stock XLA instead.
 """
 
+from launch.startup import one_blas_thread
 from launch.xla_flags import apply_xla_flags
 
 apply_xla_flags()
+one_blas_thread()
 
 # isort: split
 import collections

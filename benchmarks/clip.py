@@ -6,13 +6,16 @@
 Prints (1) the relative Frobenius error of Newton-Schulz clipping at c = 2 per iteration count,
 on standard Gaussian and on trained-looking anisotropic matrices; (2) times of both methods per
 shape, the SVD method's also on a matrix with condition number 4 (clipped through its Gram
-matrix); (3) the time of one clip event on a whole SAC and a whole BRO-size network, and of the
+matrix), and the SVD method's clip of 10 seeds' 784 x 256 matrices vmapped against one call per
+matrix; (3) the time of one clip event on a whole SAC and a whole BRO-size network, and of the
 weight and feature diagnostics. Times are medians after jit warm-up, with block_until_ready.
 """
 
+from launch.startup import one_blas_thread
 from launch.xla_flags import apply_xla_flags
 
-apply_xla_flags()  # before JAX starts: the options training runs the clip with
+apply_xla_flags()  # before JAX starts: the options and the OpenBLAS threads training runs with
+one_blas_thread()
 
 # isort: split
 import argparse
@@ -126,6 +129,24 @@ def method_times(shapes, repeats: int, c: float) -> list[tuple]:
                  (f"{name} with condition number 4, svd", 1e3 * t_well, "ms"),
                  (f"{name}, newton_schulz", 1e3 * t_ns, "ms")]
     return rows
+
+
+def stack_times(repeats: int, c: float, seeds: int = 10, shape=(784, 256)) -> list[tuple]:
+    """The SVD method's clip of one matrix per seed (condition number 4, as between task
+    boundaries), vmapped over the seeds, against the same matrices clipped one call at a time:
+    what issuing their LAPACK calls side by side saves (interventions/linalg.py)."""
+    rng = np.random.default_rng(1)
+    w = jnp.asarray(np.stack([conditioned(rng, shape) for _ in range(seeds)]))
+    one = jax.jit(lambda w: svd_clip_matrices(w, 1.0 / c, c))
+    stacked = jax.jit(jax.vmap(lambda w: svd_clip_matrices(w, 1.0 / c, c)))
+    t_one = sum(timed(one, m, repeats=repeats) for m in w)
+    t_stacked = timed(stacked, w, repeats=repeats)
+    name = f"svd clip of {seeds} {shape[0]} x {shape[1]} matrices with condition number 4"
+    print(f"\n{name} (ms): one call each {1e3 * t_one:.2f}, vmapped over seeds "
+          f"{1e3 * t_stacked:.2f} ({t_one / t_stacked:.2f}x)")
+    return [(f"{name}, one call per matrix, summed", 1e3 * t_one, "ms"),
+            (f"{name}, vmapped over seeds", 1e3 * t_stacked, "ms"),
+            (f"{name}, one call per matrix over vmapped", t_one / t_stacked, "x")]
 
 
 def dense(rng: np.random.Generator, lead: tuple, n_in: int, n_out: int, bias: bool = True):
@@ -243,6 +264,7 @@ def main() -> None:
     rows = error_table(shapes, sorted(set(steps_list)), seeds=1 if args.quick else 3, c=args.c)
     repeats = 3 if args.quick else 10
     rows += method_times(shapes, repeats, c=args.c)
+    rows += stack_times(repeats, c=args.c)
     rows += network_times(args.seeds, repeats, c=4.0)
     record("clip", rows)
 

@@ -37,7 +37,7 @@ import os
 import tempfile
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as launch/run_continual.py sets it
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as launch.startup.begin() sets it
 
 import jax  # noqa: E402
 import jax.numpy as jnp

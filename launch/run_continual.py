@@ -16,12 +16,6 @@ import os
 import signal
 import sys
 
-# One OpenBLAS thread for LAPACK (the SVDs of clip and of the diagnostics go through scipy's
-# OpenBLAS), set before numpy loads it: its threads spin against XLA's and other processes' for
-# the cores. On a 2-core machine under load, interventions.linalg.singular_values of ten
-# 64 x 256 matrices took 0.50 s with OpenBLAS's default threads and 0.019 s with one.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
 from launch import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import

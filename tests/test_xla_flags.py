@@ -73,3 +73,13 @@ def test_flags_take_effect_when_the_run_scripts_import_the_project():
     reduction to YNNPACK (2 fusions); with the options XLA runs both itself (0)."""
     assert _ynn_fusions(stock=True) == 2
     assert _ynn_fusions(stock=False) == 0
+
+
+def test_the_scripts_run_lapack_on_one_openblas_thread_unless_the_user_says_otherwise():
+    from launch.startup import one_blas_thread
+    environ = {}
+    one_blas_thread(environ)
+    assert environ == {"OPENBLAS_NUM_THREADS": "1"}
+    environ = {"OPENBLAS_NUM_THREADS": "4"}
+    one_blas_thread(environ)
+    assert environ == {"OPENBLAS_NUM_THREADS": "4"}

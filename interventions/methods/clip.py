@@ -30,10 +30,11 @@ OPT_STATES = ("keep", "reset")
 @dataclasses.dataclass(frozen=True)
 class ClipConfig(Settings):
     c: float = setting(4.0, "SingularClip bound c >= 1: singular values go into [1/c, c].")
-    method: str = setting("svd", "How the clip is computed: svd, exact in float32 (each "
-                          "matrix's singular vectors from the eigendecomposition of its Gram "
-                          "matrix up to condition number 8, from its SVD past it), or "
-                          "newton_schulz (Polar Express).", METHODS)
+    method: str = setting("svd", "How the clip is computed: svd, exact in float32 (the "
+                          "singular vectors from the eigendecompositions of the Gram matrices "
+                          "when a layer's matrices, all seeds', have condition numbers up to 8, "
+                          "from their SVDs otherwise), or newton_schulz (Polar Express).",
+                          METHODS)
     sides: str = setting("both", "Clip both ends ([1/c, c]), only the top ([0, c]) or only the "
                          "bottom ([1/c, inf)).", SIDES)
     parts: tuple[str, ...] = parts_setting("SingularClip")
