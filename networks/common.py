@@ -23,7 +23,7 @@ def thin_q(z: jax.Array) -> jax.Array:
     kernels block XLA's thread pool and can deadlock when several run at once (an ensemble's or
     the seed axis' vmapped init); a single matrix runs inline, and the QRs of every vmapped seed
     and ensemble member are issued side by side (interventions/linalg.py). A SAC init takes
-    10 ms (`benchmarks/events.py`, "its fresh init").
+    6-7 ms (`benchmarks/events.py --events reset`, "its fresh init").
     """
     q, r = _qr(z[None])
     return q[0] * jnp.sign(jnp.diagonal(r[0]))
