@@ -37,9 +37,12 @@ import os
 import tempfile
 import time
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as launch.startup.begin() sets it
+from launch.startup import one_blas_thread
 
-import jax  # noqa: E402
+one_blas_thread()  # before numpy and scipy load OpenBLAS, as the launch scripts do
+
+# isort: split
+import jax
 import jax.numpy as jnp
 import numpy as np
 from bench_utils import best_time, flops, matmul_peak, xla_flags

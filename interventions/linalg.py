@@ -6,22 +6,16 @@ jaxlib 0.10.2's CPU LAPACK kernels split a batched call into tasks on XLA's intr
 block a pool thread until they finish; when as many batched calls run at once as the pool has
 threads (two on a 2-core machine), every thread waits and the program hangs. A call on a single
 matrix runs inline, so these functions call LAPACK on one matrix at a time, also under jax.vmap:
-`sequential_vmap` maps over them in a loop; `stacked` and `unrolled` issue one call per matrix
-side by side, which XLA's CPU runtime runs on its threads at once when each call's outputs stay
-alive to the end (their buffers are then not reused by the next call), and OpenBLAS runs one
-thread (launch.startup.one_blas_thread): SingularClip's ten 784 x 256 matrices, one per vmapped
-seed, take 22.6 ms that way against 37.2 ms one call each (benchmarks/clip.py). Not
+`stacked` hands a function every vmapped matrix at once, and `unrolled` issues one call per
+matrix side by side, which XLA's CPU runtime runs on its threads at once when each call's
+outputs stay alive to the end (their buffers are then not reused by the next call), and OpenBLAS
+runs one thread (launch.startup.one_blas_thread): SingularClip's ten 784 x 256 matrices, one per
+vmapped seed, take 22.6 ms that way against 37.2 ms one call each (benchmarks/clip.py). Not
 differentiable in reverse mode.
 """
 
 import jax
 import jax.numpy as jnp
-
-
-@jax.custom_batching.sequential_vmap
-def _singular_values(w: jax.Array) -> jax.Array:
-    return jnp.linalg.svd(w, compute_uv=False)
-
 
 MAX_UNROLLED = 64  # more matrices than this go through a loop, to bound the program's size
 MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they only add compile time
@@ -55,16 +49,16 @@ def stacked(fn):
     return f
 
 
-def each_matrix(fn, w: jax.Array):
-    """fn, a sequential_vmap function of one (m, n) matrix, mapped over the matrices of
-    (batch..., m, n) in float32, one at a time."""
-    w = jnp.asarray(w, jnp.float32)
-    batch = w.shape[:-2]
-    flat = w.reshape((-1,) + w.shape[-2:])
-    out = jax.vmap(fn)(flat)
-    return jax.tree.map(lambda x: x.reshape(batch + x.shape[1:]), out)
+@stacked
+def _singular_values(w: jax.Array) -> jax.Array:
+    """Singular values of each matrix of a stack (B, m, n), in a loop: unlike the
+    eigendecompositions and QRs, jaxlib's SVDs were not seen to run side by side when unrolled,
+    which only adds compile time."""
+    return jax.lax.map(lambda m: jnp.linalg.svd(m, compute_uv=False), w)
 
 
 def singular_values(w: jax.Array) -> jax.Array:
-    """Singular values (batch..., min(m, n)), descending, of (batch..., m, n) matrices."""
-    return each_matrix(_singular_values, w)
+    """Singular values (batch..., min(m, n)), descending, of (batch..., m, n) matrices, in
+    float32."""
+    w = jnp.asarray(w, jnp.float32)
+    return _singular_values(w.reshape(-1, *w.shape[-2:])).reshape(*w.shape[:-2], -1)
