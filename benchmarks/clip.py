@@ -7,8 +7,9 @@ Prints (1) the relative Frobenius error of Newton-Schulz clipping at c = 2 per i
 on standard Gaussian and on trained-looking anisotropic matrices; (2) times of both methods per
 shape, the SVD method's also on a matrix with condition number 4 (clipped through its Gram
 matrix), and the SVD method's clip of 10 seeds' 784 x 256 matrices vmapped against one call per
-matrix; (3) the time of one clip event on a whole SAC and a whole BRO-size network, and of the
-weight and feature diagnostics. Times are medians after jit warm-up, with block_until_ready.
+matrix, and the extreme singular values of such a stack against all of them; (3) the time of
+one clip event on a whole SAC and a whole BRO-size network, and of the weight and feature
+diagnostics. Times are medians after jit warm-up, with block_until_ready.
 """
 
 from launch.startup import one_blas_thread
@@ -28,6 +29,7 @@ import numpy as np
 from recording import record
 
 from interventions import DEFAULT_NS_STEPS, feature_metrics, singular_clip, weight_metrics
+from interventions.linalg import extreme_singular_values, singular_values
 from interventions.newton_schulz import ns_clip_matrices
 from interventions.singular_clip import svd_clip_matrices
 
@@ -149,6 +151,27 @@ def stack_times(repeats: int, c: float, seeds: int = 10, shape=(784, 256)) -> li
             (f"{name}, one call per matrix over vmapped", t_one / t_stacked, "x")]
 
 
+def extremes_times(repeats: int, seeds: int = 10, shape=(784, 256)) -> list[tuple]:
+    """sigma_max and sigma_min of one matrix per seed (what the diagnostics' and the event
+    reports' condition numbers need) against all singular values, on matrices with condition
+    numbers 4 (from the Gram matrices' eigenvalues) and 100 (past EXTREMES_GRAM_MAX_COND: SVDs,
+    after the Gram matrices' check)."""
+    rng = np.random.default_rng(2)
+    extremes, full = jax.jit(extreme_singular_values), jax.jit(singular_values)
+    rows = []
+    for cond in (4.0, 100.0):
+        w = jnp.asarray(np.stack([conditioned(rng, shape, cond) for _ in range(seeds)]))
+        t_ext, t_full = timed(extremes, w, repeats=repeats), timed(full, w, repeats=repeats)
+        name = (f"extreme singular values of {seeds} {shape[0]} x {shape[1]} matrices with "
+                f"condition number {cond:g}")
+        print(f"\n{name} (ms): extreme_singular_values {1e3 * t_ext:.2f}, singular_values "
+              f"{1e3 * t_full:.2f} ({t_full / t_ext:.2f}x)")
+        rows += [(f"{name}, extreme_singular_values", 1e3 * t_ext, "ms"),
+                 (f"{name}, singular_values", 1e3 * t_full, "ms"),
+                 (f"{name}, singular_values over extreme_singular_values", t_full / t_ext, "x")]
+    return rows
+
+
 def dense(rng: np.random.Generator, lead: tuple, n_in: int, n_out: int, bias: bool = True):
     layer = {"kernel": rng.standard_normal(lead + (n_in, n_out)).astype(np.float32) / n_in**0.5}
     if bias:
@@ -265,6 +288,7 @@ def main() -> None:
     repeats = 3 if args.quick else 10
     rows += method_times(shapes, repeats, c=args.c)
     rows += stack_times(repeats, c=args.c)
+    rows += extremes_times(repeats)
     rows += network_times(args.seeds, repeats, c=4.0)
     record("clip", rows)
 

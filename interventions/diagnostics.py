@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from interventions.linalg import singular_values
+from interventions.linalg import extreme_singular_values, singular_values
 from interventions.matrices import weight_matrices
 
 PyTree = Any
@@ -23,25 +23,17 @@ DORMANT_TAUS = (0.0, 0.025)
 RESIDUAL = "residual"
 
 
-def spectrum_metrics(s: jax.Array) -> dict[str, jax.Array]:
-    """cond, stable_rank, sigma_max, sigma_min, fro from descending singular values (..., k)."""
-    sigma_max, sigma_min = s[..., 0], s[..., -1]
-    sq = jnp.sum(jnp.square(s), axis=-1)
-    return {
-        "cond": sigma_max / sigma_min,
-        "stable_rank": sq / jnp.square(sigma_max),
-        "sigma_max": sigma_max,
-        "sigma_min": sigma_min,
-        "fro": jnp.sqrt(sq),
-    }
-
-
 def weight_metrics(params: PyTree, conv_spatial_ndim: int = 2) -> Metrics:
-    """Spectral metrics of each weight matrix, keyed by layer path (e.g. "VmapCritic_0/Dense_1")."""
-    return {
-        name: spectrum_metrics(singular_values(w))
-        for name, w in weight_matrices(params, conv_spatial_ndim).items()
-    }
+    """cond, stable_rank, sigma_max, sigma_min and fro of each weight matrix, keyed by layer path
+    (e.g. "VmapCritic_0/Dense_1"). They need only the extreme singular values
+    (linalg.extreme_singular_values) and the Frobenius norm."""
+    out = {}
+    for name, w in weight_matrices(params, conv_spatial_ndim).items():
+        sigma_max, sigma_min = extreme_singular_values(w)
+        fro = jnp.sqrt(jnp.sum(jnp.square(jnp.asarray(w, jnp.float32)), axis=(-2, -1)))
+        out[name] = {"cond": sigma_max / sigma_min, "stable_rank": jnp.square(fro / sigma_max),
+                     "sigma_max": sigma_max, "sigma_min": sigma_min, "fro": fro}
+    return out
 
 
 def srank(features: jax.Array, threshold: float = SRANK_THRESHOLD) -> jax.Array:
@@ -86,16 +78,21 @@ def feature_metrics(
     return out
 
 
+def _cond(w: jax.Array, _) -> jax.Array:
+    s_max, s_min = extreme_singular_values(w)
+    return s_max / s_min
+
+
 def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2, *,
                       extremes: Mapping[str, tuple[jax.Array, jax.Array]] | None = None,
                       spectral_map: Callable | None = None) -> Metrics:
     """Per weight matrix: fro_change ||after - before||_F, cond_before and cond_after.
 
     `extremes` {layer: (sigma_max, sigma_min)} of `before`, where already known (the
-    diagnostics of the same state), saves the SVD of `before`. `spectral_map`, a non-decreasing
+    diagnostics of the same state), saves computing them. `spectral_map`, a non-decreasing
     s -> s' that the event applied to the singular values of each matrix it changed, gives
-    cond_after from sigma_max and sigma_min before it (an unchanged matrix keeps its cond)
-    instead of an SVD of `after`.
+    cond_after from sigma_max and sigma_min before it instead of those of `after`. A layer the
+    event left unchanged in every matrix keeps its cond without computing anything.
     """
     old = weight_matrices(before, conv_spatial_ndim)
     new = weight_matrices(after, conv_spatial_ndim)
@@ -109,14 +106,14 @@ def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2,
         if extremes is not None and name in extremes:
             s_max, s_min = extremes[name]
         else:
-            s_old = singular_values(w)
-            s_max, s_min = s_old[..., 0], s_old[..., -1]
+            s_max, s_min = extreme_singular_values(w)
         change = jnp.asarray(new[name], jnp.float32) - jnp.asarray(w, jnp.float32)
         fro_change = jnp.sqrt(jnp.sum(jnp.square(change), axis=(-2, -1)))
         cond_before = s_max / s_min
         if spectral_map is None:
-            s_new = singular_values(new[name])
-            cond_after = s_new[..., 0] / s_new[..., -1]
+            cond_after = jax.lax.cond(jnp.all(fro_change == 0), lambda _, c: c, _cond,
+                                      new[name], cond_before)
+            cond_after = jnp.where(fro_change == 0, cond_before, cond_after)
         else:
             cond_after = jnp.where(fro_change == 0, cond_before,
                                    spectral_map(s_max) / spectral_map(s_min))

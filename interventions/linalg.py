@@ -1,6 +1,6 @@
-"""LAPACK on stacks of matrices, one matrix at a time, in float32: singular values, and the
-per-matrix mappings that SingularClip's eigendecompositions, Cholesky factors and SVDs and the
-orthogonal init's QR go through.
+"""LAPACK on stacks of matrices, one matrix at a time, in float32: singular values, the extreme
+ones, the Gram matrices' eigendecompositions, and the per-matrix mappings that SingularClip's
+eigendecompositions, Cholesky factors and SVDs and the orthogonal init's QR go through.
 
 jaxlib 0.10.2's CPU LAPACK kernels split a batched call into tasks on XLA's intra-op thread pool and
 block a pool thread until they finish; when as many batched calls run at once as the pool has
@@ -19,6 +19,11 @@ import jax.numpy as jnp
 
 MAX_UNROLLED = 64  # more matrices than this go through a loop, to bound the program's size
 MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they only add compile time
+# Stacks whose condition numbers are all at most this get their extreme singular values from the
+# Gram matrices' eigenvalues, in about half an SVD's time (benchmarks/clip.py, "extremes"): their
+# sigma_min and cond are then within 1e-4 of float64's (eps * cond^2; tests/test_linalg.py).
+EXTREMES_GRAM_MAX_COND = 32.0
+_HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def unrolled(fn, *stacks):
@@ -62,3 +67,67 @@ def singular_values(w: jax.Array) -> jax.Array:
     float32."""
     w = jnp.asarray(w, jnp.float32)
     return _singular_values(w.reshape(-1, *w.shape[-2:])).reshape(*w.shape[:-2], -1)
+
+
+def _eigh(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return tuple(jnp.linalg.eigh(gram))
+
+
+POWER_ITERATIONS = 4  # of the check in gram_eigh: lambda_max(A^T A) to within a few percent
+
+
+def gram_eigh(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(conditioned, lam, v): the eigendecompositions A^T A = V diag(lam) V^T (ascending lam) of
+    a stack (B, m, n), m >= n, side by side, and whether every matrix's condition number is at
+    most `max_cond` (one bool for the stack).
+
+    A stack that a Cholesky factor already shows to be past max_cond skips its
+    eigendecompositions (lam and v are then zeros): with l <= lambda_max(A^T A), the Rayleigh
+    quotient of a few power-iteration steps, A^T A - (l / max_cond^2) I is not positive definite
+    only where lambda_min <= l / max_cond^2 <= lambda_max / max_cond^2.
+    """
+    gram = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
+    x = jnp.broadcast_to(jax.random.normal(jax.random.key(0), (a.shape[-1], 1)),
+                         (*gram.shape[:-1], 1))
+    for _ in range(POWER_ITERATIONS):
+        x = jnp.matmul(gram, x, precision=_HIGHEST)
+        x = x / jnp.linalg.norm(x, axis=-2, keepdims=True)
+    lam_max_below = jnp.sum(x * jnp.matmul(gram, x, precision=_HIGHEST), axis=(-2, -1))
+    shift = (lam_max_below / max_cond**2)[:, None, None] * jnp.eye(gram.shape[-1], dtype=a.dtype)
+    chol = unrolled(jnp.linalg.cholesky, gram - shift)  # NaN where not positive definite
+    maybe_conditioned = jnp.all(jnp.isfinite(jnp.diagonal(chol, axis1=-2, axis2=-1)))
+
+    def skip(gram):  # no eigenvalues, which fails the check below
+        return jnp.zeros(gram.shape[:-1], gram.dtype), jnp.zeros_like(gram)
+
+    lam, v = jax.lax.cond(maybe_conditioned, lambda g: unrolled(_eigh, g), skip, gram)
+    conditioned = jnp.all((lam[:, 0] > 0) & (lam[:, -1] <= max_cond**2 * lam[:, 0]))
+    return conditioned, lam, v
+
+
+@stacked
+def _extremes(a: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sigma_max, sigma_min) of each matrix of a stack (B, m, n), m >= n: from the Gram
+    matrices' eigenvalues when every matrix's condition number is at most
+    EXTREMES_GRAM_MAX_COND, else from SVDs."""
+    conditioned, lam, _ = gram_eigh(a, EXTREMES_GRAM_MAX_COND)
+
+    def by_gram(a):
+        return jnp.sqrt(lam[:, -1]), jnp.sqrt(lam[:, 0])
+
+    def by_svd(a):
+        s = _singular_values(a)
+        return s[:, 0], s[:, -1]
+
+    return jax.lax.cond(conditioned, by_gram, by_svd, a)
+
+
+def extreme_singular_values(w: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sigma_max, sigma_min), each (batch...), of (batch..., m, n) matrices, in float32: what a
+    condition number needs, faster than `singular_values` where the matrices are well
+    conditioned (EXTREMES_GRAM_MAX_COND)."""
+    a = jnp.asarray(w, jnp.float32)
+    if a.shape[-2] < a.shape[-1]:
+        a = jnp.swapaxes(a, -1, -2)
+    s_max, s_min = _extremes(a.reshape(-1, *a.shape[-2:]))
+    return s_max.reshape(a.shape[:-2]), s_min.reshape(a.shape[:-2])

@@ -5,13 +5,12 @@ singular values all lie in [1/c, c]; c = 1 gives U V^T. Which leaves are weight 
 how conv kernels and leading ensemble / seed axes are handled, is defined in matrices.py.
 """
 
-from functools import partial
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 
-from interventions.linalg import stacked, unrolled
+from interventions.linalg import gram_eigh, stacked
 from interventions.matrices import map_weight_matrices
 from interventions.newton_schulz import DEFAULT_NS_STEPS, ns_clip_matrices
 
@@ -49,10 +48,6 @@ def _svd_clip(a: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
     return jnp.where(jnp.all(clipped == s), a, jnp.matmul(u * clipped, vt, precision=_HIGHEST))
 
 
-def _eigh(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return tuple(jnp.linalg.eigh(gram))
-
-
 @stacked
 def _clip_stack(a: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
     """U clip(S, lower, upper) V^T of each matrix of a float32 stack (B, m, n), m >= n, bounds
@@ -62,21 +57,9 @@ def _clip_stack(a: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
     V^T is the clipped matrix. The stack goes this way, its eigendecompositions side by side
     (linalg.unrolled), when every matrix's condition number is at most GRAM_MAX_COND; otherwise
     past it the squared spectrum loses the small singular values in float32, and each matrix is
-    clipped through its SVD. A Cholesky factor L of A^T A sends the stack there without the
-    eigendecompositions when some max_i (A^T A)_ii / min_i L_ii^2, a lower bound on cond(A)^2,
-    already exceeds GRAM_MAX_COND^2.
+    clipped through its SVD (linalg.gram_eigh says how the stack is checked).
     """
-    gram = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
-    chol = unrolled(jnp.linalg.cholesky, gram)  # NaN where not positive definite
-    pivots = jnp.square(jnp.diagonal(chol, axis1=-2, axis2=-1))
-    maybe_conditioned = jnp.all(jnp.max(jnp.diagonal(gram, axis1=-2, axis2=-1), -1)
-                                <= GRAM_MAX_COND**2 * jnp.min(pivots, -1))
-
-    def skip(gram):  # no eigenvalues, which fails the check below
-        return jnp.zeros(gram.shape[:-1], gram.dtype), jnp.zeros_like(gram)
-
-    lam, v = jax.lax.cond(maybe_conditioned, partial(unrolled, _eigh), skip, gram)
-    conditioned = jnp.all((lam[:, 0] > 0) & (lam[:, -1] <= GRAM_MAX_COND**2 * lam[:, 0]))
+    conditioned, lam, v = gram_eigh(a, GRAM_MAX_COND)
 
     def by_gram(a):
         s = jnp.sqrt(lam)

@@ -64,8 +64,8 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
     any other `interventions.registry.Learner` with `weights(states)`; `step` (an env step, a
     task boundary) keys its randomness and its rows; `spectra`, the diagnostics of the same
     states where they were just computed ({network: {layer: {"sigma_max", "sigma_min", ...}}}),
-    spares the report an SVD of every matrix; `init_fn`, `init_keys` and `data_fn` as in
-    `build_intervention`."""
+    spares the report computing their extreme singular values; `init_fn`, `init_keys` and
+    `data_fn` as in `build_intervention`."""
     method, config = plan.event.method, plan.event.config
     needs = set(method.needs_of(config))
     if "reinit" in needs:
@@ -73,33 +73,30 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
     fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
     spectral_map = None if method.spectral_map is None else method.spectral_map(config)
 
-    @jax.jit
-    def event(states, key, initial, fresh, data):
-        def one(state, key, initial, fresh, data):
-            reinit = fresh if learner.reset_to == "fresh" else initial
-            ctx = EventContext(key=key, initial=initial, fresh=fresh,
-                               reinit=reinit if "reinit" in needs else None, data=data,
-                               learner=learner)
-            return plan.apply_event(state, ctx)
-
-        return jax.vmap(one)(states, key, initial, fresh, data)
+    def one(state, key, initial, fresh, data):
+        reinit = fresh if learner.reset_to == "fresh" else initial
+        ctx = EventContext(key=key, initial=initial, fresh=fresh,
+                           reinit=reinit if "reinit" in needs else None, data=data,
+                           learner=learner)
+        return plan.apply_event(state, ctx)
 
     @jax.jit
-    def report(before, after, extremes):
-        return {net: clip_event_report(before[net], after[net], extremes=extremes.get(net),
-                                       spectral_map=spectral_map) for net in before}
-
-    def apply(states, env_step: int, spectra: dict | None = None):
-        step_keys = fold(init_keys, env_step)
-        key = jax.vmap(jax.random.fold_in, in_axes=(0, None))(step_keys, 1) \
-            if "key" in needs else None
+    def event(states, step, data, extremes):
+        """The event and its report in one call: the inits it needs are part of it, so the
+        parts of a fresh state it does not read are never computed (a layer reset's)."""
+        step_keys = fold(init_keys, step)
+        key = fold(step_keys, 1) if "key" in needs else None
         initial = init_fn(init_keys) if "initial" in needs else None
         fresh = init_fn(step_keys) if "fresh" in needs else None
+        new = jax.vmap(one)(states, key, initial, fresh, data)
+        before, after = learner.weights(states), learner.weights(new)
+        return new, {net: clip_event_report(before[net], after[net], extremes=extremes.get(net),
+                                            spectral_map=spectral_map) for net in before}
+
+    def apply(states, env_step: int, spectra: dict | None = None):
         data = data_fn(env_step, *method.data_shape(config)) if "data" in needs else None
-        new = event(states, key, initial, fresh, data)
-        values = jax.device_get(report(learner.weights(states), learner.weights(new),
-                                       _extremes(spectra)))
-        return new, list(diag.rows(env_step, seeds, values, method.name))
+        new, values = event(states, env_step, data, _extremes(spectra))
+        return new, list(diag.rows(env_step, seeds, jax.device_get(values), method.name))
 
     return apply
 

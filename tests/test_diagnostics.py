@@ -247,6 +247,24 @@ def test_clip_report_from_the_spectra_before_matches_one_from_svds(sides):
     assert clip_method.spectral_map(ns) is None  # approximate: its report takes an SVD
 
 
+def test_a_report_keeps_the_cond_of_what_an_event_left_unchanged():
+    """Without a spectral map, cond_after of an unchanged matrix is its cond_before, bit for
+    bit (a layer no seed's event changed is not factored at all); a changed one's is its own."""
+    tree = jax.tree.map(lambda x: jnp.asarray(5 * x, jnp.float32), params(np.random.default_rng(5)))
+    after = jax.tree.map(jnp.copy, tree)
+    kernel = after["actor"]["params"]["Dense_0"]["kernel"]
+    after["actor"]["params"]["Dense_0"]["kernel"] = kernel.at[1].multiply(jnp.arange(1.0, 5.0))
+    report = jax.jit(clip_event_report)(tree, after)
+    changed = {k: np.asarray(v) for k, v in report["actor/Dense_0"].items()}
+    np.testing.assert_array_equal(changed["cond_after"][[0, 2]], changed["cond_before"][[0, 2]])
+    np.testing.assert_allclose(changed["cond_after"][1],
+                               np_weight_metrics(np.asarray(after["actor"]["params"]["Dense_0"]
+                                                            ["kernel"][1]))["cond"], rtol=RTOL)
+    assert changed["fro_change"][1] > 0 and not np.any(changed["fro_change"][[0, 2]])
+    for name in ("critic/VmapCritic_0/Dense_0", "critic/Conv_0"):
+        np.testing.assert_array_equal(report[name]["cond_after"], report[name]["cond_before"])
+
+
 @pytest.mark.slow
 def test_make_diagnostics_uses_the_given_taus_and_srank_threshold():
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))

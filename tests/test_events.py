@@ -61,6 +61,8 @@ def test_fresh_reset_draws_new_weights(setup):
     assert not np.allclose(kernel(new), kernel(first))
     assert not np.allclose(kernel(new), kernel(trained))
     assert not np.allclose(kernel(new), kernel(again)), "each event draws its own weights"
+    fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
+    np.testing.assert_array_equal(kernel(new), kernel(init_fn(fold(keys, 100))))  # bit for bit
     assert int(new.temp.step[0]) == 0 and int(trained.temp.step[0]) == 3
 
 
