@@ -20,7 +20,7 @@ import jax.numpy as jnp
 MAX_UNROLLED = 64  # more matrices than this go through a loop, to bound the program's size
 MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they only add compile time
 # Stacks whose condition numbers are all at most this get their extreme singular values from the
-# Gram matrices' eigenvalues, in about half an SVD's time (benchmarks/clip.py, "extremes"): their
+# Gram matrices' eigenvalues, in about half an SVD's time (benchmarks/clip.py, "extreme singular values"): their
 # sigma_min and cond are then within 1e-4 of float64's (eps * cond^2; tests/test_linalg.py).
 EXTREMES_GRAM_MAX_COND = 32.0
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -73,7 +73,7 @@ def _eigh(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
     return tuple(jnp.linalg.eigh(gram))
 
 
-POWER_ITERATIONS = 4  # of the check in gram_eigh: lambda_max(A^T A) to within a few percent
+POWER_ITERATIONS = 4  # of the check in gram_eigh: lambda_max(A^T A) to within about 20 %
 
 
 def gram_eigh(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array, jax.Array]:
