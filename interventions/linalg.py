@@ -20,8 +20,8 @@ import jax.numpy as jnp
 MAX_UNROLLED = 64  # more matrices than this go through a loop, to bound the program's size
 MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they only add compile time
 # Stacks whose condition numbers are all at most this get their extreme singular values from the
-# Gram matrices' eigenvalues, in about half an SVD's time (benchmarks/clip.py, "extreme singular values"): their
-# sigma_min and cond are then within 1e-4 of float64's (eps * cond^2; tests/test_linalg.py).
+# Gram matrices' eigenvalues, in about half an SVD's time (benchmarks/clip.py, "extreme singular
+# values"): sigma_min and cond are then within 1e-4 of float64's (eps cond^2; tests/test_linalg.py).
 EXTREMES_GRAM_MAX_COND = 32.0
 _HIGHEST = jax.lax.Precision.HIGHEST
 
