@@ -20,8 +20,9 @@ import jax.numpy as jnp
 MAX_UNROLLED = 64  # more matrices than this go through a loop, to bound the program's size
 MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they only add compile time
 # Stacks whose condition numbers are all at most this get their extreme singular values from the
-# Gram matrices' eigenvalues, in about half an SVD's time (benchmarks/clip.py, "extreme singular
-# values"): sigma_min and cond are then within 1e-4 of float64's (eps cond^2; tests/test_linalg.py).
+# Gram matrices' extreme eigenvalues, in a third of the SVDs' time (benchmarks/clip.py, "extreme
+# singular values"): sigma_min and cond are then within 1e-4 of float64's (eps cond^2;
+# tests/test_linalg.py). Past it, the Gram matrices' check adds a sixth to the SVDs' time.
 EXTREMES_GRAM_MAX_COND = 32.0
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -76,16 +77,12 @@ def _eigh(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
 POWER_ITERATIONS = 4  # of the check in gram_eigh: lambda_max(A^T A) to within about 20 %
 
 
-def gram_eigh(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(conditioned, lam, v): the eigendecompositions A^T A = V diag(lam) V^T (ascending lam) of
-    a stack (B, m, n), m >= n, side by side, and whether every matrix's condition number is at
-    most `max_cond` (one bool for the stack).
-
-    A stack that a Cholesky factor already shows to be past max_cond skips its
-    eigendecompositions (lam and v are then zeros): with l <= lambda_max(A^T A), the Rayleigh
-    quotient of a few power-iteration steps, A^T A - (l / max_cond^2) I is not positive definite
-    only where lambda_min <= l / max_cond^2 <= lambda_max / max_cond^2.
-    """
+def _gram_check(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array]:
+    """(gram, maybe_conditioned): the Gram matrices A^T A of a stack (B, m, n), m >= n, and False
+    where a Cholesky factor already shows some matrix's condition number to be past max_cond:
+    with l <= lambda_max(A^T A), the Rayleigh quotient of a few power-iteration steps,
+    A^T A - (l / max_cond^2) I is not positive definite only where lambda_min <= l / max_cond^2
+    <= lambda_max / max_cond^2."""
     gram = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
     x = jnp.broadcast_to(jax.random.normal(jax.random.key(0), (a.shape[-1], 1)),
                          (*gram.shape[:-1], 1))
@@ -95,31 +92,65 @@ def gram_eigh(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array, jax.
     lam_max_below = jnp.sum(x * jnp.matmul(gram, x, precision=_HIGHEST), axis=(-2, -1))
     shift = (lam_max_below / max_cond**2)[:, None, None] * jnp.eye(gram.shape[-1], dtype=a.dtype)
     chol = unrolled(jnp.linalg.cholesky, gram - shift)  # NaN where not positive definite
-    maybe_conditioned = jnp.all(jnp.isfinite(jnp.diagonal(chol, axis1=-2, axis2=-1)))
+    return gram, jnp.all(jnp.isfinite(jnp.diagonal(chol, axis1=-2, axis2=-1)))
+
+
+def _within(lam_min: jax.Array, lam_max: jax.Array, max_cond: float) -> jax.Array:
+    return jnp.all((lam_min > 0) & (lam_max <= max_cond**2 * lam_min))
+
+
+def gram_eigh(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(conditioned, lam, v): the eigendecompositions A^T A = V diag(lam) V^T (ascending lam) of
+    a stack (B, m, n), m >= n, side by side, and whether every matrix's condition number is at
+    most `max_cond` (one bool for the stack). A stack that `_gram_check` shows to be past
+    max_cond skips its eigendecompositions (lam and v are then zeros)."""
+    gram, maybe_conditioned = _gram_check(a, max_cond)
 
     def skip(gram):  # no eigenvalues, which fails the check below
         return jnp.zeros(gram.shape[:-1], gram.dtype), jnp.zeros_like(gram)
 
     lam, v = jax.lax.cond(maybe_conditioned, lambda g: unrolled(_eigh, g), skip, gram)
-    conditioned = jnp.all((lam[:, 0] > 0) & (lam[:, -1] <= max_cond**2 * lam[:, 0]))
-    return conditioned, lam, v
+    return _within(lam[:, 0], lam[:, -1], max_cond), lam, v
+
+
+def _extreme_eigenvalues(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(lambda_min, lambda_max) of each symmetric matrix of a stack (B, n, n): Householder
+    tridiagonalisations side by side (every output kept, see `unrolled`), then bisection for
+    the two extreme eigenvalues of each tridiagonal matrix, as accurate as a full
+    eigendecomposition at a fraction of its time."""
+    n = gram.shape[-1]
+    if n == 1:
+        return gram[:, 0, 0], gram[:, 0, 0]
+    _, d, e, _ = unrolled(jax.lax.linalg.tridiagonal, gram)
+
+    def extremes(d, e):
+        lo, hi = (jax.scipy.linalg.eigh_tridiagonal(d, e, eigvals_only=True, select="i",
+                                                     select_range=(k, k))[0] for k in (0, n - 1))
+        return lo, hi
+
+    return jax.vmap(extremes)(d, e)
 
 
 @stacked
 def _extremes(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(sigma_max, sigma_min) of each matrix of a stack (B, m, n), m >= n: from the Gram
-    matrices' eigenvalues when every matrix's condition number is at most
+    matrices' extreme eigenvalues when every matrix's condition number is at most
     EXTREMES_GRAM_MAX_COND, else from SVDs."""
-    conditioned, lam, _ = gram_eigh(a, EXTREMES_GRAM_MAX_COND)
+    gram, maybe_conditioned = _gram_check(a, EXTREMES_GRAM_MAX_COND)
+
+    def skip(gram):  # no eigenvalues, which fails the check below
+        return jnp.zeros(gram.shape[:1], gram.dtype), jnp.zeros(gram.shape[:1], gram.dtype)
+
+    lam_min, lam_max = jax.lax.cond(maybe_conditioned, _extreme_eigenvalues, skip, gram)
 
     def by_gram(a):
-        return jnp.sqrt(lam[:, -1]), jnp.sqrt(lam[:, 0])
+        return jnp.sqrt(lam_max), jnp.sqrt(lam_min)
 
     def by_svd(a):
         s = _singular_values(a)
         return s[:, 0], s[:, -1]
 
-    return jax.lax.cond(conditioned, by_gram, by_svd, a)
+    return jax.lax.cond(_within(lam_min, lam_max, EXTREMES_GRAM_MAX_COND), by_gram, by_svd, a)
 
 
 def extreme_singular_values(w: jax.Array) -> tuple[jax.Array, jax.Array]:

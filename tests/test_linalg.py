@@ -82,6 +82,15 @@ def test_vmapped_and_batched_alike():
                 np.testing.assert_allclose(batched[k][i, j], one, rtol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(3, 50, 1), (3, 1, 50)])
+def test_a_vector_has_its_norm_as_both_extremes(shape):
+    w = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    s_max, s_min = extreme_singular_values(jnp.asarray(w))
+    norm = np.linalg.norm(w.astype(np.float64), axis=(-2, -1))
+    np.testing.assert_allclose(s_max, norm, rtol=1e-6)
+    np.testing.assert_allclose(s_min, norm, rtol=1e-6)
+
+
 def test_a_zero_matrix_has_zero_extremes():
     s_max, s_min = extreme_singular_values(jnp.zeros((2, 70, 70)))
     np.testing.assert_array_equal(s_max, 0.0)
