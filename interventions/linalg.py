@@ -10,7 +10,7 @@ matrix runs inline, so these functions call LAPACK on one matrix at a time, also
 matrix side by side, which XLA's CPU runtime runs on its threads at once when each call's
 outputs stay alive to the end (their buffers are then not reused by the next call), and OpenBLAS
 runs one thread (launch.startup.one_blas_thread): SingularClip's ten 784 x 256 matrices, one per
-vmapped seed, take 22.6 ms that way against 37.2 ms one call each (benchmarks/clip.py). Not
+vmapped seed, take 32.7 ms that way against 58.0 ms one call each (benchmarks/clip.py). Not
 differentiable in reverse mode.
 """
 
@@ -22,7 +22,7 @@ MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they o
 # Stacks whose condition numbers are all at most this get their extreme singular values from the
 # Gram matrices' extreme eigenvalues, in a third of the SVDs' time (benchmarks/clip.py, "extreme
 # singular values"): sigma_min and cond are then within 1e-4 of float64's (eps cond^2;
-# tests/test_linalg.py). Past it, the Gram matrices' check adds a sixth to the SVDs' time.
+# tests/test_linalg.py). Past it, the Gram matrices' check adds 15 % to the SVDs' time.
 EXTREMES_GRAM_MAX_COND = 32.0
 _HIGHEST = jax.lax.Precision.HIGHEST
 
