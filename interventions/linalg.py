@@ -24,6 +24,9 @@ MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they o
 # singular values"): sigma_min and cond are then within 1e-4 of float64's (eps cond^2;
 # tests/test_linalg.py). Past it, the Gram matrices' check adds 15 % to the SVDs' time.
 EXTREMES_GRAM_MAX_COND = 32.0
+# Matrices with a smaller side than this take SVDs: quick to compute, and the Gram route's compile
+# time (about 2 s, benchmarks/continual_speed.py) would outweigh what it saves in a short run.
+EXTREMES_GRAM_MIN_SIDE = 128
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
@@ -155,9 +158,12 @@ def _extremes(a: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def extreme_singular_values(w: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(sigma_max, sigma_min), each (batch...), of (batch..., m, n) matrices, in float32: what a
-    condition number needs, faster than `singular_values` where the matrices are well
-    conditioned (EXTREMES_GRAM_MAX_COND)."""
+    condition number needs, faster than `singular_values` where the matrices are large
+    (EXTREMES_GRAM_MIN_SIDE) and well conditioned (EXTREMES_GRAM_MAX_COND)."""
     a = jnp.asarray(w, jnp.float32)
+    if min(a.shape[-2:]) < EXTREMES_GRAM_MIN_SIDE:
+        s = singular_values(a)
+        return s[..., 0], s[..., -1]
     if a.shape[-2] < a.shape[-1]:
         a = jnp.swapaxes(a, -1, -2)
     s_max, s_min = _extremes(a.reshape(-1, *a.shape[-2:]))

@@ -2,6 +2,7 @@
 for well-conditioned stacks, the SVD for any stack with an ill-conditioned matrix."""
 
 import importlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,15 @@ import pytest
 from interventions.linalg import EXTREMES_GRAM_MAX_COND, extreme_singular_values
 
 linalg = importlib.import_module("interventions.linalg")
+
+
+@pytest.fixture(autouse=True)
+def gram_route_for_small_matrices(monkeypatch):
+    """The tests' matrices are small; let them take the Gram route as large ones do."""
+    monkeypatch.setattr(linalg, "EXTREMES_GRAM_MIN_SIDE", 1)
+    jax.clear_caches()
+    yield
+    jax.clear_caches()
 
 
 def with_spectrum(rng, m: int, n: int, s: np.ndarray) -> np.ndarray:
@@ -32,7 +42,7 @@ def extremes_with_max_cond(monkeypatch, w, max_cond: float):
     monkeypatch.setattr(linalg, "EXTREMES_GRAM_MAX_COND", max_cond)
     jax.clear_caches()  # traced anew with the bound
     out = jax.jit(extreme_singular_values)(jnp.asarray(w))
-    monkeypatch.undo()
+    monkeypatch.setattr(linalg, "EXTREMES_GRAM_MAX_COND", EXTREMES_GRAM_MAX_COND)
     jax.clear_caches()
     return tuple(np.asarray(x) for x in out)
 
@@ -110,3 +120,26 @@ def test_the_check_skips_the_eigendecompositions_of_a_stack_past_the_bound():
     expected = np.linalg.eigvalsh(np.stack([m.T @ m for m in (well, inside)]))
     assert ok
     np.testing.assert_allclose(lam, expected, atol=1e-5 * expected.max())
+
+
+@pytest.mark.parametrize("seeds", [3, 40])
+def test_vmapped_extremes_call_lapack_on_one_matrix_at_a_time(seeds):
+    """Batched CPU LAPACK calls can deadlock (interventions/linalg.py): the Cholesky factors,
+    tridiagonal reductions and SVDs of every seed's matrices are one call per matrix (side by
+    side, or in a loop past linalg.MAX_UNROLLED)."""
+    w = jnp.ones((seeds, 2, 80, 64), jnp.float32)  # seeds x an ensemble of two 80 x 64 matrices
+    hlo = jax.jit(jax.vmap(extreme_singular_values)).lower(w).compile().as_text()
+    calls = re.findall(r'custom_call_target="lapack_(\w+)_ffi".*?num_batch_dims="(\d+)"', hlo)
+    assert {batch for _, batch in calls} == {"0"}, calls
+    assert {name for name, _ in calls} == {"spotrf", "ssytrd", "sgesdd"}, calls
+    reductions = sum(name == "ssytrd" for name, _ in calls)
+    assert reductions == (2 * seeds if seeds == 3 else 1), calls
+
+
+def test_matrices_with_a_small_side_take_svds(monkeypatch):
+    monkeypatch.setattr(linalg, "EXTREMES_GRAM_MIN_SIDE", 128)
+    w = jnp.asarray(conditioned(np.random.default_rng(2), 300, 100, 4.0)[None], jnp.float32)
+    s = np.asarray(linalg.singular_values(w))
+    got = jax.jit(extreme_singular_values)(w)
+    np.testing.assert_array_equal(got[0], s[:, 0])
+    np.testing.assert_array_equal(got[1], s[:, -1])
