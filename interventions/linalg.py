@@ -24,8 +24,8 @@ MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they o
 # singular values"): sigma_min and cond are then within 1e-4 of float64's (eps cond^2;
 # tests/test_linalg.py). Past it, the Gram matrices' check adds 15 % to the SVDs' time.
 EXTREMES_GRAM_MAX_COND = 32.0
-# Matrices with a smaller side than this take SVDs: quick to compute, and the Gram route's compile
-# time (about 2 s, benchmarks/continual_speed.py) would outweigh what it saves in a short run.
+# Matrices with a smaller side than this take SVDs: quick to compute, and the Gram route's
+# compilation (about 2 s in the MNIST MLP's diagnostics) outweighs what it saves in a short run.
 EXTREMES_GRAM_MIN_SIDE = 128
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -98,8 +98,15 @@ def _gram_check(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array]:
     return gram, jnp.all(jnp.isfinite(jnp.diagonal(chol, axis1=-2, axis2=-1)))
 
 
-def _within(lam_min: jax.Array, lam_max: jax.Array, max_cond: float) -> jax.Array:
-    return jnp.all((lam_min > 0) & (lam_max <= max_cond**2 * lam_min))
+def _checked(a: jax.Array, max_cond: float, spectra, extremes):
+    """(conditioned, spectra(gram)) of a stack's Gram matrices, the spectra left out (zeros) where
+    `_gram_check` already shows the stack past max_cond; `conditioned`: every matrix's condition
+    number is at most max_cond, by the (lambda_min, lambda_max) that `extremes` reads from them."""
+    gram, maybe_conditioned = _gram_check(a, max_cond)
+    out = jax.lax.cond(maybe_conditioned, spectra,
+                       lambda g: jax.tree.map(jnp.zeros_like, jax.eval_shape(spectra, g)), gram)
+    lam_min, lam_max = extremes(out)
+    return jnp.all((lam_min > 0) & (lam_max <= max_cond**2 * lam_min)), out
 
 
 def gram_eigh(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -107,13 +114,9 @@ def gram_eigh(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array, jax.
     a stack (B, m, n), m >= n, side by side, and whether every matrix's condition number is at
     most `max_cond` (one bool for the stack). A stack that `_gram_check` shows to be past
     max_cond skips its eigendecompositions (lam and v are then zeros)."""
-    gram, maybe_conditioned = _gram_check(a, max_cond)
-
-    def skip(gram):  # no eigenvalues, which fails the check below
-        return jnp.zeros(gram.shape[:-1], gram.dtype), jnp.zeros_like(gram)
-
-    lam, v = jax.lax.cond(maybe_conditioned, lambda g: unrolled(_eigh, g), skip, gram)
-    return _within(lam[:, 0], lam[:, -1], max_cond), lam, v
+    conditioned, (lam, v) = _checked(a, max_cond, lambda g: unrolled(_eigh, g),
+                                     lambda out: (out[0][:, 0], out[0][:, -1]))
+    return conditioned, lam, v
 
 
 def _extreme_eigenvalues(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -139,12 +142,8 @@ def _extremes(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(sigma_max, sigma_min) of each matrix of a stack (B, m, n), m >= n: from the Gram
     matrices' extreme eigenvalues when every matrix's condition number is at most
     EXTREMES_GRAM_MAX_COND, else from SVDs."""
-    gram, maybe_conditioned = _gram_check(a, EXTREMES_GRAM_MAX_COND)
-
-    def skip(gram):  # no eigenvalues, which fails the check below
-        return jnp.zeros(gram.shape[:1], gram.dtype), jnp.zeros(gram.shape[:1], gram.dtype)
-
-    lam_min, lam_max = jax.lax.cond(maybe_conditioned, _extreme_eigenvalues, skip, gram)
+    conditioned, (lam_min, lam_max) = _checked(a, EXTREMES_GRAM_MAX_COND, _extreme_eigenvalues,
+                                               lambda out: out)
 
     def by_gram(a):
         return jnp.sqrt(lam_max), jnp.sqrt(lam_min)
@@ -153,7 +152,7 @@ def _extremes(a: jax.Array) -> tuple[jax.Array, jax.Array]:
         s = _singular_values(a)
         return s[:, 0], s[:, -1]
 
-    return jax.lax.cond(_within(lam_min, lam_max, EXTREMES_GRAM_MAX_COND), by_gram, by_svd, a)
+    return jax.lax.cond(conditioned, by_gram, by_svd, a)
 
 
 def extreme_singular_values(w: jax.Array) -> tuple[jax.Array, jax.Array]:
