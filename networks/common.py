@@ -7,6 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from interventions import rng
 from interventions.linalg import stacked, unrolled
 from networks.layers import dense_cls, layer_norm_cls
 
@@ -35,7 +36,7 @@ def orthogonal(scale: float = 1.0) -> nn.initializers.Initializer:
 
     def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
         n_rows, n_cols = math.prod(shape) // shape[-1], shape[-1]
-        z = jax.random.normal(key, (max(n_rows, n_cols), min(n_rows, n_cols)), dtype)
+        z = rng.normal(key, (max(n_rows, n_cols), min(n_rows, n_cols)), dtype)
         q = thin_q(z)
         return jnp.asarray(scale, dtype) * (q.T if n_rows < n_cols else q).reshape(shape)
 

@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from interventions import rng
 from networks.common import MLP, RELU_GAIN, default_init
 from networks.layers import linear_heads
 
@@ -48,5 +49,5 @@ def tanh_gaussian_sample(
     key: jax.Array, mean: jax.Array, log_std: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
     """Reparameterised sample `a = tanh(mean + std * eps)` and its log-probability."""
-    pre_tanh = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape, mean.dtype)
+    pre_tanh = mean + jnp.exp(log_std) * rng.normal(key, mean.shape, mean.dtype)
     return jnp.tanh(pre_tanh), tanh_gaussian_log_prob(pre_tanh, mean, log_std)

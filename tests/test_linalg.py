@@ -143,3 +143,29 @@ def test_matrices_with_a_small_side_take_svds(monkeypatch):
     got = jax.jit(extreme_singular_values)(w)
     np.testing.assert_array_equal(got[0], s[:, 0])
     np.testing.assert_array_equal(got[1], s[:, -1])
+
+
+def tridiagonals(rng) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Random, clustered, split (zero off-diagonals), indefinite and 2 x 2 tridiagonals."""
+    n = 64
+    return [
+        (rng.uniform(0.5, 2.0, n), rng.uniform(-0.5, 0.5, n - 1)),
+        (np.full(n, 1.0) + 1e-6 * rng.standard_normal(n), 1e-7 * rng.standard_normal(n - 1)),
+        (rng.uniform(-1, 1, n), np.where(np.arange(n - 1) % 8, rng.uniform(-1, 1, n - 1), 0.0)),
+        (np.r_[rng.uniform(-3, 3, 2), np.zeros(n - 2)], np.r_[2.0, np.zeros(n - 2)]),
+        (1e-3 * rng.uniform(0, 1, n), 1e-3 * rng.uniform(0, 1, n - 1)),
+    ]
+
+
+def test_tridiagonal_extremes_within_float32_rounding_of_float64():
+    rng = np.random.default_rng(5)
+    cases = tridiagonals(rng)
+    d = jnp.asarray(np.stack([c[0] for c in cases]), jnp.float32)
+    e = jnp.asarray(np.stack([c[1] for c in cases]), jnp.float32)
+    lo, hi = jax.jit(linalg._tridiagonal_extremes)(d, e)
+    for i in range(len(cases)):
+        t = np.diag(np.asarray(d[i], np.float64)) + np.diag(np.asarray(e[i], np.float64), 1)
+        lam = np.linalg.eigvalsh(t + np.triu(t, 1).T)
+        scale = np.max(np.abs(lam))
+        assert abs(float(lo[i]) - lam[0]) <= 1e-6 * scale, (i, float(lo[i]), lam[0])
+        assert abs(float(hi[i]) - lam[-1]) <= 1e-6 * scale, (i, float(hi[i]), lam[-1])

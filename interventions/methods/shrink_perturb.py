@@ -8,7 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from interventions import layer_roles
+from interventions import layer_roles, rng
 from interventions.methods.clip import OPT_STATES, initial_opt_state
 from interventions.parts import get_part, optimizer_owners, set_part
 from interventions.registry import (
@@ -83,7 +83,7 @@ def apply(state, parts, cfg: ShrinkPerturbConfig, ctx: EventContext):
             noise_of = lambda i, leaf, fresh=fresh: fresh[i]
         else:
             leaf_keys = jax.random.split(key, len(jax.tree.leaves(get_part(state, path))))
-            noise_of = lambda i, leaf, leaf_keys=leaf_keys: cfg.sigma * jax.random.normal(
+            noise_of = lambda i, leaf, leaf_keys=leaf_keys: cfg.sigma * rng.normal(
                 leaf_keys[i], leaf.shape, leaf.dtype)
         state = set_part(state, path, shrink_perturb(get_part(state, path), noise_of, cfg))
     if cfg.opt_state == "reset":

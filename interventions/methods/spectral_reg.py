@@ -16,7 +16,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from interventions import layer_roles
+from interventions import layer_roles, rng
 from interventions.matrices import KERNEL_KEY, matrix_shape
 from interventions.registry import Method, SettingError, Settings, parts_setting, setting
 
@@ -78,7 +78,7 @@ def init(params, cfg: SpectralRegConfig) -> tuple:
     vectors = []
     for n, i in enumerate(_kernels(flat)):
         matrix = _matrix(flat.paths[i], flat.leaves[i])
-        v = jax.random.normal(jax.random.fold_in(jax.random.key(0), n),
+        v = rng.normal(jax.random.fold_in(jax.random.key(0), n),
                               matrix.shape[:-2] + matrix.shape[-1:], matrix.dtype)
         vectors.append(power_iteration(matrix, _normalize(v), cfg.iterations))
     return tuple(vectors)
