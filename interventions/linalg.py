@@ -88,8 +88,9 @@ def _gram_check(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array]:
     A^T A - (l / max_cond^2) I is not positive definite only where lambda_min <= l / max_cond^2
     <= lambda_max / max_cond^2."""
     gram = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
+    # A fixed start, a constant of the program: no random draw to compile.
     start = np.random.default_rng(0).standard_normal((a.shape[-1], 1)).astype(np.float32)
-    x = jnp.broadcast_to(jnp.asarray(start, a.dtype), (*gram.shape[:-1], 1))  # fixed: no draw to compile
+    x = jnp.broadcast_to(jnp.asarray(start, a.dtype), (*gram.shape[:-1], 1))
     for _ in range(POWER_ITERATIONS):
         x = jnp.matmul(gram, x, precision=_HIGHEST)
         x = x / jnp.linalg.norm(x, axis=-2, keepdims=True)
