@@ -147,6 +147,7 @@ def run_part(methods: list[str]) -> Rows:
     spectra = jax.device_get(base.diagnose(states, batch))
     for name in methods:
         run = make_run(task, source, name, 10, 2, tempfile.mkdtemp())
+        jax.block_until_ready(run.init_fn(run.init_keys))  # compiled first, as in a run
         report(f"{name} event (its report included)", *first_and_later(
             lambda run=run: jax.block_until_ready(
                 run.event(jax.tree.map(jnp.copy, states), 0, spectra)[0])), task_seconds)
