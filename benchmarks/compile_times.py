@@ -10,7 +10,8 @@ hidden layer's (784, 256), 10 keys.
 (2) bisection: the two extreme eigenvalues of ten 256 x 256 symmetric tridiagonal matrices (the
 Gram route of `interventions.linalg.extreme_singular_values`) by two
 `jax.scipy.linalg.eigh_tridiagonal` calls against `linalg._tridiagonal_extremes`' multisection:
-compile seconds, run time and largest error against float64 over lambda_max.
+compile seconds, run time and largest error against float64 over lambda_max; and compiling
+`extreme_singular_values` of ten 784 x 256 matrices by the Gram route against by SVDs.
 (3) run: a continual run under random_label_mnist's protocol on MNIST-sized synthetic inputs (10
 seeds): the first call of its init, task, diagnostics and of each event of --methods against a
 later call; the difference, the compilation, also in task calls.
@@ -40,8 +41,12 @@ from recording import record
 
 from agents import make_agent
 from continual.tasks import DIAGNOSTICS
-from interventions import registered, rng
-from interventions.linalg import _tridiagonal_extremes
+from interventions import linalg, registered, rng
+from interventions.linalg import (
+    EXTREMES_GRAM_MIN_SIDE,
+    _tridiagonal_extremes,
+    extreme_singular_values,
+)
 
 PARTS = ("draws", "bisection", "run", "agents")
 EVENTS = ("clip", "reset", "redo", "layer_reset", "shrink_perturb", "dash")
@@ -108,6 +113,15 @@ def bisection_part(repeats: int) -> Rows:
         what = f"extreme eigenvalues of ten 256 x 256 tridiagonals, {name}"
         rows += [(f"{what}, compile", seconds, "s"), (f"{what}, run", ms, "ms"),
                  (f"{what}, largest error over lambda_max", error, "")]
+    stack = jnp.asarray(w, jnp.float32)
+    for route, min_side in (("Gram route", 1), ("SVDs", 10**9)):
+        linalg.EXTREMES_GRAM_MIN_SIDE = min_side
+        seconds = compile_seconds(extreme_singular_values, stack, repeats=repeats)
+        print(f"extreme singular values of ten 784 x 256 matrices, {route}: compiles in "
+              f"{seconds:.2f} s")
+        rows.append((f"extreme singular values of ten 784 x 256 matrices, {route}, compile",
+                     seconds, "s"))
+    linalg.EXTREMES_GRAM_MIN_SIDE = EXTREMES_GRAM_MIN_SIDE
     return rows
 
 

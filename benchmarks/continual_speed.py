@@ -27,7 +27,10 @@ registered per-step method of --methods, its task call's time over that of no me
 (3) comparison: whole runs, 100 tasks, 10 seeds, diagnostics at every task as a run writes
 them, for none and every registered method, each timed from its start (compilation included).
 (4) overhead (not in the default --parts): whole runs of --methods and of none, interleaved in
---rounds rounds; what each method adds to a run is the median of its per-round ratio.
+--rounds rounds; what each method adds to a run is the median of its per-round ratio, and,
+measured within each run (unlike the ratio, unmoved by the machine's speed drifting between
+runs), the share of the run's time its event calls took, with and without the first one's
+compilation.
 """
 
 import argparse
@@ -214,17 +217,40 @@ def overhead_part(data: str, seeds: int, tasks: int, methods: list[str], rounds:
           f"{rounds} interleaved rounds")
     measured = collections.defaultdict(list)
     for r in range(rounds):
-        times = {}
+        times, events = {}, {}
         for name in ["none", *methods]:
+            run = make_run(task, source, name, seeds, tasks, tempfile.mkdtemp())
+            calls = events[name] = []
+            if run.event is not None:
+                run.event = timed_calls(run.event, calls)
             start = time.perf_counter()
-            make_run(task, source, name, seeds, tasks, tempfile.mkdtemp()).run({})
+            run.run({})
             times[name] = time.perf_counter() - start
         print(f"round {r}: none {times['none']:.1f} s; " + ", ".join(
-            f"{m} {times[m]:.1f} s ({times[m] / times['none'] - 1:+.1%})" for m in methods))
+            f"{m} {times[m]:.1f} s ({times[m] / times['none'] - 1:+.1%}; its events "
+            f"{sum(events[m]):.1f} s, {sum(events[m]) / times[m]:.1%} of it)" for m in methods))
         for name in methods:
-            measured[(f"{task}, {tasks} tasks, {seeds} seeds, whole run with {name} over the "
-                      "run with none", "% added")].append(100 * (times[name] / times["none"] - 1))
+            what = f"{task}, {tasks} tasks, {seeds} seeds, whole run with {name}"
+            calls = events[name]
+            measured[(f"{what} over the run with none", "% added")].append(
+                100 * (times[name] / times["none"] - 1))
+            measured[(f"{what}, its event calls over its time (compilation included)", "%")
+                     ].append(100 * sum(calls) / times[name])
+            measured[(f"{what}, its event calls after the first over its time", "%")].append(
+                100 * sum(calls[1:]) / times[name])
     return medians(measured, rounds)
+
+
+def timed_calls(fn, seconds: list[float]):
+    """fn, appending each call's seconds to `seconds` (an event's call returns host rows,
+    so it has finished when it returns)."""
+    def timed(*args):
+        start = time.perf_counter()
+        out = fn(*args)
+        seconds.append(time.perf_counter() - start)
+        return out
+
+    return timed
 
 
 def main() -> None:

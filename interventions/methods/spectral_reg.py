@@ -79,7 +79,7 @@ def init(params, cfg: SpectralRegConfig) -> tuple:
     for n, i in enumerate(_kernels(flat)):
         matrix = _matrix(flat.paths[i], flat.leaves[i])
         v = rng.normal(jax.random.fold_in(jax.random.key(0), n),
-                              matrix.shape[:-2] + matrix.shape[-1:], matrix.dtype)
+                       matrix.shape[:-2] + matrix.shape[-1:], matrix.dtype)
         vectors.append(power_iteration(matrix, _normalize(v), cfg.iterations))
     return tuple(vectors)
 
