@@ -26,7 +26,8 @@ MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they o
 # tests/test_linalg.py). Past it, the Gram matrices' check adds 15 % to the SVDs' time.
 EXTREMES_GRAM_MAX_COND = 32.0
 # Matrices with a smaller side than this take SVDs: quick to compute, and the Gram route's
-# compilation (about 2 s in the MNIST MLP's diagnostics) outweighs what it saves in a short run.
+# compilation (0.7 s against the SVDs' 0.1 s in each compiled call that takes it,
+# benchmarks/compile_times.py) outweighs what it saves in a short run.
 EXTREMES_GRAM_MIN_SIDE = 128
 _HIGHEST = jax.lax.Precision.HIGHEST
 
