@@ -146,7 +146,8 @@ def test_matrices_with_a_small_side_take_svds(monkeypatch):
 
 
 def tridiagonals(rng) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Random, clustered, split (zero off-diagonals), indefinite and 2 x 2 tridiagonals."""
+    """Random, clustered, split (zero off-diagonals), indefinite, and one 2 x 2 block among
+    zeros; all 64 x 64."""
     n = 64
     return [
         (rng.uniform(0.5, 2.0, n), rng.uniform(-0.5, 0.5, n - 1)),
