@@ -13,8 +13,9 @@ Gram route of `interventions.linalg.extreme_singular_values`) by two
 compile seconds, run time and largest error against float64 over lambda_max; and compiling
 `extreme_singular_values` of ten 784 x 256 matrices by the Gram route against by SVDs.
 (3) run: a continual run under random_label_mnist's protocol on MNIST-sized synthetic inputs (10
-seeds): the first call of its init, task, diagnostics and of each event of --methods against a
-later call; the difference, the compilation, also in task calls.
+seeds), each method's in a process of its own: the first call of its init, task, diagnostics
+and event (of each of --methods) against a later call; the difference, the compilation, also in
+task calls.
 (4) agents: the seed-vmapped init and UTD update of SAC (humanoid's dimensions) and BRO (dog's),
 4 seeds, UTD 2, batch 128: lowering and compiling each.
 
@@ -23,6 +24,9 @@ part compiles a function alone, or one first call where it runs a whole run's ca
 """
 
 import argparse
+import json
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -134,9 +138,29 @@ def first_and_later(fn: Callable) -> tuple[float, float]:
     return first, best_time(fn, repeats=3)
 
 
-def run_part(methods: list[str]) -> Rows:
+def run_calls(method: str) -> dict[str, tuple[float, float]]:
+    """A continual run's calls in its order, in this process: {call: (first, later seconds)}
+    for its init, task, diagnostics and, unless `method` is none, its event."""
     task, source = source_of("mnist")
-    what = f"{task}, MNIST-sized synthetic, 10 seeds"
+    run = make_run(task, source, method, 10, 2, tempfile.mkdtemp())
+    calls = {"init": first_and_later(lambda: jax.block_until_ready(run.init_fn(run.init_keys)))}
+    start = time.perf_counter()
+    go, states = task_call(run)
+    calls["task"] = (time.perf_counter() - start, best_time(go, repeats=3))
+    batch = run.examples(0, DIAGNOSTICS, run.cfg.batch_size)
+    calls["diagnostics"] = first_and_later(lambda: jax.block_until_ready(run.diagnose(states,
+                                                                                      batch)))
+    spectra = jax.device_get(run.diagnose(states, batch))
+    if run.event is not None:
+        calls["event"] = first_and_later(lambda: jax.block_until_ready(
+            run.event(jax.tree.map(jnp.copy, states), 0, spectra)[0]))
+    return calls
+
+
+def run_part(methods: list[str]) -> Rows:
+    """Each method's run in a process of its own, as a run is: nothing that one run compiled
+    (weight_extremes' programs, for one) is there for the next."""
+    what = "random_label_mnist, MNIST-sized synthetic, 10 seeds"
     rows = []
 
     def report(name: str, first: float, later: float, task_seconds: float) -> None:
@@ -147,25 +171,17 @@ def run_part(methods: list[str]) -> Rows:
                      (f"{what}, {name}, a later call", later * 1e3, "ms"),
                      (f"{what}, {name}, compiling in task calls", compiled / task_seconds, "")])
 
-    base = make_run(task, source, "none", 10, 2, tempfile.mkdtemp())
-    init_first, init_later = first_and_later(
-        lambda: jax.block_until_ready(base.init_fn(base.init_keys)))
-    start = time.perf_counter()
-    go, states = task_call(base)
-    task_first = time.perf_counter() - start
-    task_seconds = best_time(go, repeats=3)
-    report("init", init_first, init_later, task_seconds)
-    report("task", task_first, task_seconds, task_seconds)
-    batch = base.examples(0, DIAGNOSTICS, base.cfg.batch_size)
-    report("diagnostics", *first_and_later(
-        lambda: jax.block_until_ready(base.diagnose(states, batch))), task_seconds)
-    spectra = jax.device_get(base.diagnose(states, batch))
+    def calls_of(method: str) -> dict:
+        out = subprocess.run([sys.executable, __file__, f"--run_calls={method}"], check=True,
+                             capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    base = calls_of("none")
+    task_seconds = base["task"][1]
+    for call in ("init", "task", "diagnostics"):
+        report(call, *base[call], task_seconds)
     for name in methods:
-        run = make_run(task, source, name, 10, 2, tempfile.mkdtemp())
-        jax.block_until_ready(run.init_fn(run.init_keys))  # compiled first, as in a run
-        report(f"{name} event (its report included)", *first_and_later(
-            lambda run=run: jax.block_until_ready(
-                run.event(jax.tree.map(jnp.copy, states), 0, spectra)[0])), task_seconds)
+        report(f"{name} event (its report included)", *calls_of(name)["event"], task_seconds)
     return rows
 
 
@@ -199,7 +215,11 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(EVENTS),
                         help="events of the run part, comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--run_calls", help=argparse.SUPPRESS)  # the run part's child process
     args = parser.parse_args()
+    if args.run_calls:
+        print(json.dumps(run_calls(args.run_calls)))
+        return
     parts = args.parts.split(",")
     if set(parts) - set(PARTS):
         parser.error(f"--parts: unknown {', '.join(sorted(set(parts) - set(PARTS)))}; "

@@ -192,8 +192,7 @@ class ContinualRun:
         self.event = (None if self.plan.event is None else
                       event_apply(self.learner, self.plan, cfg.seeds, self.init_fn,
                                   self.init_keys, self.event_data))
-        self.diagnose = (jax.jit(diag.make_diagnostics(self.learner, cfg.dormant_taus,
-                                                       cfg.srank_threshold))
+        self.diagnose = (diag.make_diagnostics(self.learner, cfg.dormant_taus, cfg.srank_threshold)
                          if cfg.diagnostics else None)
         self.tasks: dict[int, Task] = {}
         self.stop_requested = False

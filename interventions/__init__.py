@@ -10,14 +10,18 @@ learner:
     fresh_reset / initial_reset                            SAC-style and BRO-style resets
     make_schedule(every=, steps=), bro_reset_steps         when interventions fire (env steps)
     weight_metrics, feature_metrics, clip_event_report     plasticity diagnostics
+    weight_extremes, weight_changes, event_report          the same in parts, shared
     layer_roles: hidden and output layers, the normalization after a layer (from param trees)
 """
 
 from interventions.diagnostics import (
     clip_event_report,
     dormant_ratio,
+    event_report,
     feature_metrics,
     srank,
+    weight_changes,
+    weight_extremes,
     weight_metrics,
 )
 from interventions.matrices import map_weight_matrices, weight_matrices
@@ -80,6 +84,7 @@ __all__ = [
     "check_paths",
     "clip_event_report",
     "dormant_ratio",
+    "event_report",
     "feature_metrics",
     "fresh_reset",
     "get_part",
@@ -95,5 +100,7 @@ __all__ = [
     "srank",
     "svd_clip_matrices",
     "weight_matrices",
+    "weight_changes",
+    "weight_extremes",
     "weight_metrics",
 ]

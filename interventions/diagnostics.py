@@ -4,7 +4,7 @@ All functions are jittable and keep leading batch axes (seeds, ensemble members)
 kernel of shape (seeds, ensemble, m, n) has shape (seeds, ensemble).
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -15,6 +15,7 @@ from interventions.matrices import weight_matrices
 
 PyTree = Any
 Metrics = dict[str, dict[str, jax.Array]]
+Extremes = Mapping[str, tuple[jax.Array, jax.Array]]  # {layer: (sigma_max, sigma_min)}
 SRANK_THRESHOLD = 0.99
 DORMANT_TAUS = (0.0, 0.025)
 # The name a network records a residual stream under (BRO's block outputs, `x + LN(...)`, with
@@ -23,13 +24,39 @@ DORMANT_TAUS = (0.0, 0.025)
 RESIDUAL = "residual"
 
 
-def weight_metrics(params: PyTree, conv_spatial_ndim: int = 2) -> Metrics:
+def _zero_extremes(w: jax.Array) -> tuple[jax.Array, jax.Array]:
+    zero = jnp.zeros(w.shape[:-2], jnp.float32)
+    return zero, zero
+
+
+@jax.jit
+def _extremes_unless(w: jax.Array, skip: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return jax.lax.cond(skip, _zero_extremes, extreme_singular_values, w)
+
+
+def weight_extremes(params: PyTree, conv_spatial_ndim: int = 2,
+                    skip: Mapping[str, jax.Array] | None = None,
+                    layers: Collection[str] | None = None) -> Extremes:
+    """(sigma_max, sigma_min) of each weight matrix (of those named in `layers`, if given),
+    keyed by layer path; zeros for a layer whose `skip` flag (one bool for its whole stack) is
+    set. Called outside jit, each matrix shape compiles one program that the diagnostics and
+    the event reports of a run share (a call under jit inlines it)."""
+    skip = skip or {}
+    return {name: _extremes_unless(w, skip.get(name, False))
+            for name, w in weight_matrices(params, conv_spatial_ndim).items()
+            if layers is None or name in layers}
+
+
+def weight_metrics(params: PyTree, conv_spatial_ndim: int = 2, *,
+                   extremes: Extremes | None = None) -> Metrics:
     """cond, stable_rank, sigma_max, sigma_min and fro of each weight matrix, keyed by layer path
     (e.g. "VmapCritic_0/Dense_1"). They need only the extreme singular values
-    (linalg.extreme_singular_values) and the Frobenius norm."""
+    (linalg.extreme_singular_values; `extremes`, where already known, e.g. `weight_extremes`')
+    and the Frobenius norm."""
+    extremes = extremes or {}
     out = {}
     for name, w in weight_matrices(params, conv_spatial_ndim).items():
-        sigma_max, sigma_min = extreme_singular_values(w)
+        sigma_max, sigma_min = extremes.get(name) or extreme_singular_values(w)
         fro = jnp.sqrt(jnp.sum(jnp.square(jnp.asarray(w, jnp.float32)), axis=(-2, -1)))
         out[name] = {"cond": sigma_max / sigma_min, "stable_rank": jnp.square(fro / sigma_max),
                      "sigma_max": sigma_max, "sigma_min": sigma_min, "fro": fro}
@@ -78,22 +105,9 @@ def feature_metrics(
     return out
 
 
-def _cond(w: jax.Array, _) -> jax.Array:
-    s_max, s_min = extreme_singular_values(w)
-    return s_max / s_min
-
-
-def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2, *,
-                      extremes: Mapping[str, tuple[jax.Array, jax.Array]] | None = None,
-                      spectral_map: Callable | None = None) -> Metrics:
-    """Per weight matrix: fro_change ||after - before||_F, cond_before and cond_after.
-
-    `extremes` {layer: (sigma_max, sigma_min)} of `before`, where already known (the
-    diagnostics of the same state), saves computing them. `spectral_map`, a non-decreasing
-    s -> s' that the event applied to the singular values of each matrix it changed, gives
-    cond_after from sigma_max and sigma_min before it instead of those of `after`. A layer the
-    event left unchanged in every matrix keeps its cond without computing anything.
-    """
+def weight_changes(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2) -> dict:
+    """{layer: ||after - before||_F} of each weight matrix (batch...); ValueError where the two
+    trees have different layers."""
     old = weight_matrices(before, conv_spatial_ndim)
     new = weight_matrices(after, conv_spatial_ndim)
     if old.keys() != new.keys():
@@ -101,22 +115,52 @@ def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2,
             f"before and after have different layers: {sorted(old)} vs {sorted(new)}; "
             "pass the same part of the state before and after the event"
         )
+    return {name: jnp.sqrt(jnp.sum(jnp.square(jnp.asarray(new[name], jnp.float32)
+                                              - jnp.asarray(w, jnp.float32)), axis=(-2, -1)))
+            for name, w in old.items()}
+
+
+def event_report(changes: Mapping[str, jax.Array], extremes: Extremes,
+                 after_extremes: Extremes | None = None,
+                 spectral_map: Callable | None = None) -> Metrics:
+    """Per weight matrix: fro_change (`changes`, from `weight_changes`), cond_before (from
+    `extremes` before the event) and cond_after: cond_before where the matrix did not change,
+    else from `after_extremes` or, where the event applied a non-decreasing s -> s'
+    (`spectral_map`) to every singular value, from the extremes before it."""
     report = {}
-    for name, w in old.items():
-        if extremes is not None and name in extremes:
-            s_max, s_min = extremes[name]
-        else:
-            s_max, s_min = extreme_singular_values(w)
-        change = jnp.asarray(new[name], jnp.float32) - jnp.asarray(w, jnp.float32)
-        fro_change = jnp.sqrt(jnp.sum(jnp.square(change), axis=(-2, -1)))
+    for name, fro_change in changes.items():
+        s_max, s_min = extremes[name]
         cond_before = s_max / s_min
-        if spectral_map is None:
-            cond_after = jax.lax.cond(jnp.all(fro_change == 0), lambda _, c: c, _cond,
-                                      new[name], cond_before)
-            cond_after = jnp.where(fro_change == 0, cond_before, cond_after)
+        if spectral_map is not None:
+            changed = spectral_map(s_max) / spectral_map(s_min)
         else:
-            cond_after = jnp.where(fro_change == 0, cond_before,
-                                   spectral_map(s_max) / spectral_map(s_min))
+            a_max, a_min = after_extremes[name]
+            changed = a_max / jnp.where(fro_change == 0, 1.0, a_min)
         report[name] = {"fro_change": fro_change, "cond_before": cond_before,
-                        "cond_after": cond_after}
+                        "cond_after": jnp.where(fro_change == 0, cond_before, changed)}
     return report
+
+
+def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2, *,
+                      extremes: Extremes | None = None,
+                      spectral_map: Callable | None = None) -> Metrics:
+    """Per weight matrix: fro_change ||after - before||_F, cond_before and cond_after, in one
+    jittable call (`event_report` of `weight_changes`).
+
+    `extremes` {layer: (sigma_max, sigma_min)} of `before`, where already known (the
+    diagnostics of the same state), saves computing them. `spectral_map`, a non-decreasing
+    s -> s' that the event applied to the singular values of each matrix it changed, gives
+    cond_after from sigma_max and sigma_min before it instead of those of `after`. A layer the
+    event left unchanged in every matrix keeps its cond without computing anything.
+    """
+    changes = weight_changes(before, after, conv_spatial_ndim)
+    old = weight_matrices(before, conv_spatial_ndim)
+    known = dict(extremes or {})
+    extremes = {name: known.get(name) or extreme_singular_values(w) for name, w in old.items()}
+    after_extremes = None
+    if spectral_map is None:
+        new = weight_matrices(after, conv_spatial_ndim)
+        after_extremes = {name: jax.lax.cond(jnp.all(changes[name] == 0), _zero_extremes,
+                                             extreme_singular_values, new[name])
+                          for name in new}
+    return event_report(changes, extremes, after_extremes, spectral_map)

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 from agents import Agent
-from interventions import feature_metrics, weight_metrics
+from interventions import feature_metrics, weight_extremes, weight_metrics
 from interventions.diagnostics import DORMANT_TAUS, SRANK_THRESHOLD
 
 
@@ -16,11 +16,15 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
 
     Weight-matrix spectra of every network in `agent.weights`, plus srank (at
     `srank_threshold`) and dormant ratios (one per tau in `taus`) of every hidden layer's
-    features on `batch` (leaves `(seeds, batch, ...)`; None: the spectra alone).
+    features on `batch` (leaves `(seeds, batch, ...)`; None: the spectra alone). Call it as it
+    is, not under jax.jit: the extreme singular values go through `weight_extremes`' compiled
+    programs, which the run's event reports share; the rest is one compiled call.
     """
 
-    def diagnose(states, batch=None):
-        out = {f"{net}": weight_metrics(params) for net, params in agent.weights(states).items()}
+    @jax.jit
+    def rest(states, batch, extremes):
+        out = {net: weight_metrics(params, extremes=extremes[net])
+               for net, params in agent.weights(states).items()}
         if batch is None:
             return out
         feats = jax.vmap(agent.features)(states, batch)
@@ -28,6 +32,10 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
             metrics = feature_metrics(layers, taus, srank_threshold)
             out.setdefault(net, {}).update({f"{layer}/features": m for layer, m in metrics.items()})
         return out
+
+    def diagnose(states, batch=None):
+        extremes = {net: weight_extremes(params) for net, params in agent.weights(states).items()}
+        return rest(states, batch, extremes)
 
     return diagnose
 

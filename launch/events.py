@@ -11,9 +11,19 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 from agents import Agent, make_agent
-from interventions import EventContext, Plan, check_parts, clip_event_report, make_plan
+from interventions import (
+    EventContext,
+    Plan,
+    check_parts,
+    event_report,
+    make_plan,
+    weight_changes,
+    weight_extremes,
+    weight_matrices,
+)
 from launch import diagnose as diag
 from launch.config import ConfigError, TrainConfig, run_schedule
 
@@ -81,21 +91,40 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
         return plan.apply_event(state, ctx)
 
     @jax.jit
-    def event(states, step, data, extremes):
-        """The event and its report in one call: the inits it needs are part of it, so the
-        parts of a fresh state it does not read are never computed (a layer reset's)."""
+    def event(states, step, data):
+        """The event and each matrix's change in one call: the inits it needs are part of it,
+        so the parts of a fresh state it does not read are never computed (a layer reset's)."""
         step_keys = fold(init_keys, step)
         key = fold(step_keys, 1) if "key" in needs else None
         initial = init_fn(init_keys) if "initial" in needs else None
         fresh = init_fn(step_keys) if "fresh" in needs else None
         new = jax.vmap(one)(states, key, initial, fresh, data)
         before, after = learner.weights(states), learner.weights(new)
-        return new, {net: clip_event_report(before[net], after[net], extremes=extremes.get(net),
-                                            spectral_map=spectral_map) for net in before}
+        changes = {net: weight_changes(before[net], after[net]) for net in before}
+        kept = jax.tree.map(lambda fro: jnp.all(fro == 0), changes)
+        return new, changes, kept
+
+    @jax.jit
+    def report(changes, extremes, after_extremes):
+        return {net: event_report(changes[net], extremes[net],
+                                  None if after_extremes is None else after_extremes[net],
+                                  spectral_map) for net in changes}
 
     def apply(states, env_step: int, spectra: dict | None = None):
         data = data_fn(env_step, *method.data_shape(config)) if "data" in needs else None
-        new, values = event(states, env_step, data, _extremes(spectra))
+        # The extreme singular values before and after go through the programs the diagnostics
+        # compiled (weight_extremes), not through the event's: each compiles once per run.
+        known = _extremes(spectra)
+        extremes = {}
+        for net, params in learner.weights(states).items():
+            have = known.get(net, {})
+            missing = weight_matrices(params).keys() - have.keys()
+            extremes[net] = {**weight_extremes(params, layers=missing), **have}
+        new, changes, kept = event(states, env_step, data)
+        after = None if spectral_map is not None else {
+            net: weight_extremes(params, skip=kept[net])
+            for net, params in learner.weights(new).items()}
+        values = report(changes, extremes, after)
         return new, list(diag.rows(env_step, seeds, jax.device_get(values), method.name))
 
     return apply

@@ -196,8 +196,8 @@ class Trainer:
         self.intervention: Intervention = build_intervention(
             agent, cfg, self.plan, self.init_fn, self.init_keys, self.event_data
         )
-        self.diagnose = jax.jit(diag.make_diagnostics(
-            agent, cfg.dormant_taus, cfg.srank_threshold)) if cfg.diagnostics else None
+        self.diagnose = diag.make_diagnostics(
+            agent, cfg.dormant_taus, cfg.srank_threshold) if cfg.diagnostics else None
         self.record = config_record(cfg, agent.config)
         self.checkpointer = Checkpointer(os.path.join(cfg.run_dir, "checkpoints"))
         self.last_checkpoint = 0

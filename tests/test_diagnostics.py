@@ -13,10 +13,13 @@ from agents.sac import SACConfig
 from interventions import (
     clip_event_report,
     dormant_ratio,
+    event_report,
     feature_metrics,
     registered,
     singular_clip,
     srank,
+    weight_changes,
+    weight_extremes,
     weight_metrics,
 )
 from interventions.diagnostics import DORMANT_TAUS, RESIDUAL, SRANK_THRESHOLD
@@ -263,6 +266,32 @@ def test_a_report_keeps_the_cond_of_what_an_event_left_unchanged():
     assert changed["fro_change"][1] > 0 and not np.any(changed["fro_change"][[0, 2]])
     for name in ("critic/VmapCritic_0/Dense_0", "critic/Conv_0"):
         np.testing.assert_array_equal(report[name]["cond_after"], report[name]["cond_before"])
+
+
+def test_a_report_in_parts_matches_the_one_call_report():
+    """weight_changes, weight_extremes (skipping the layers no seed changed: zeros) and
+    event_report, called one after another outside jit as the events do, give
+    clip_event_report's report; weight_metrics from weight_extremes gives its own."""
+    tree = jax.tree.map(lambda x: jnp.asarray(5 * x, jnp.float32), params(np.random.default_rng(5)))
+    after = jax.tree.map(jnp.copy, tree)
+    kernel = after["actor"]["params"]["Dense_0"]["kernel"]
+    after["actor"]["params"]["Dense_0"]["kernel"] = kernel.at[1].multiply(jnp.arange(1.0, 5.0))
+    changes = weight_changes(tree, after)
+    kept = {name: jnp.all(fro == 0) for name, fro in changes.items()}
+    after_extremes = weight_extremes(after, skip=kept)
+    assert not np.any(np.asarray(after_extremes["critic/Conv_0"][0]))  # skipped: not factored
+    parts = event_report(changes, weight_extremes(tree), after_extremes)
+    whole = clip_event_report(tree, after)
+    assert parts.keys() == whole.keys()
+    for name in whole:
+        for metric in ("fro_change", "cond_before", "cond_after"):
+            np.testing.assert_allclose(parts[name][metric], whole[name][metric], rtol=1e-6,
+                                       err_msg=f"{name} {metric}")
+    assert weight_extremes(tree, layers={"critic/Conv_0"}).keys() == {"critic/Conv_0"}
+    from_extremes = weight_metrics(tree, extremes=weight_extremes(tree))
+    for name, metrics in weight_metrics(tree).items():
+        for metric, value in metrics.items():
+            np.testing.assert_allclose(from_extremes[name][metric], value, rtol=1e-6)
 
 
 @pytest.mark.slow

@@ -10,8 +10,10 @@ import pytest
 from agents import make_agent
 from agents.common import Batch
 from agents.sac import SACConfig
-from interventions import DEFAULT_NS_STEPS, ns_clip_matrices
+from interventions import DEFAULT_NS_STEPS, clip_event_report, ns_clip_matrices
 from launch.config import TrainConfig
+from launch.diagnose import make_diagnostics
+from launch.diagnose import rows as rows_of
 from launch.events import build_intervention, intervention_plan
 from tests.helpers.trees import assert_bit_identical
 
@@ -99,3 +101,33 @@ def test_a_clip_keeps_or_resets_the_optimizer_state_of_the_networks_it_clips(set
         assert_bit_identical(getattr(new, part).opt_state, expected)
     assert_bit_identical(new.temp, trained.temp)
     assert int(new.actor.step[0]) == 3, "the TrainState's own step counts on"
+
+
+def test_an_events_report_reuses_the_diagnostics_programs_and_matches_one_call(setup):
+    """After the diagnostics of a state, a fresh reset's first event lowers two programs, the
+    event and its report's assembly: the extreme singular values before and after go through
+    the diagnostics' compiled programs. Its rows equal clip_event_report's in one call."""
+    agent, init_fn, keys, _, trained = setup
+    spectra = jax.device_get(make_diagnostics(agent)(trained))
+    apply = event(agent, init_fn, keys, "fresh").apply
+    lowered = []
+
+    def listen(name, secs, **kwargs):
+        if name == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            lowered.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        new, rows = apply(trained, 100, spectra)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(lowered) == 2
+    before, after = agent.weights(trained), agent.weights(new)
+    expected = {net: clip_event_report(before[net], after[net]) for net in before}
+    want = {row[:-1]: float(row[-1]) for row in rows_of(100, [0, 1], jax.device_get(expected),
+                                                         "reset")}
+    got = {row[:-1]: float(row[-1]) for row in rows}
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-5, err_msg=str(key))
+    assert {key[-1] for key in got} == {"fro_change", "cond_before", "cond_after"}
