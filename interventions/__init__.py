@@ -10,7 +10,7 @@ learner:
     fresh_reset / initial_reset                            SAC-style and BRO-style resets
     make_schedule(every=, steps=), bro_reset_steps         when interventions fire (env steps)
     weight_metrics, feature_metrics, clip_event_report     plasticity diagnostics
-    weight_extremes, weight_changes, event_report          the same in parts, shared
+    weight_extremes, weight_changes, event_report          the report in parts, outside jit
     layer_roles: hidden and output layers, the normalization after a layer (from param trees)
 """
 

@@ -10,7 +10,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from interventions.linalg import extreme_singular_values, singular_values
+from interventions.linalg import (
+    EXTREMES_GRAM_MIN_SIDE,
+    extreme_singular_values,
+    singular_values,
+)
 from interventions.matrices import weight_matrices
 
 PyTree = Any
@@ -45,6 +49,15 @@ def weight_extremes(params: PyTree, conv_spatial_ndim: int = 2,
     return {name: _extremes_unless(w, skip.get(name, False))
             for name, w in weight_matrices(params, conv_spatial_ndim).items()
             if layers is None or name in layers}
+
+
+def shared_layers(params: PyTree, conv_spatial_ndim: int = 2) -> set[str]:
+    """The layers whose extreme singular values the diagnostics and the event reports take from
+    `weight_extremes`' shared programs: those whose both sides reach EXTREMES_GRAM_MIN_SIDE, which
+    take the Gram route and compile in 0.7 s. A smaller matrix's SVDs compile in 0.1 s
+    (benchmarks/compile_times.py), less than a program of their own costs at every event."""
+    return {name for name, w in weight_matrices(params, conv_spatial_ndim).items()
+            if min(w.shape[-2:]) >= EXTREMES_GRAM_MIN_SIDE}
 
 
 def weight_metrics(params: PyTree, conv_spatial_ndim: int = 2, *,
@@ -125,25 +138,29 @@ def event_report(changes: Mapping[str, jax.Array], extremes: Extremes,
                  spectral_map: Callable | None = None) -> Metrics:
     """Per weight matrix: fro_change (`changes`, from `weight_changes`), cond_before (from
     `extremes` before the event) and cond_after: cond_before where the matrix did not change,
-    else from `after_extremes` or, where the event applied a non-decreasing s -> s'
-    (`spectral_map`) to every singular value, from the extremes before it."""
+    else from `after_extremes` (none for a layer it lacks) or, where the event applied a
+    non-decreasing s -> s' (`spectral_map`) to every singular value, from the extremes before
+    it."""
     report = {}
     for name, fro_change in changes.items():
         s_max, s_min = extremes[name]
         cond_before = s_max / s_min
+        report[name] = {"fro_change": fro_change, "cond_before": cond_before}
         if spectral_map is not None:
             changed = spectral_map(s_max) / spectral_map(s_min)
-        else:
+        elif name in after_extremes:
             a_max, a_min = after_extremes[name]
             changed = a_max / jnp.where(fro_change == 0, 1.0, a_min)
-        report[name] = {"fro_change": fro_change, "cond_before": cond_before,
-                        "cond_after": jnp.where(fro_change == 0, cond_before, changed)}
+        else:
+            continue
+        report[name]["cond_after"] = jnp.where(fro_change == 0, cond_before, changed)
     return report
 
 
 def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2, *,
                       extremes: Extremes | None = None,
-                      spectral_map: Callable | None = None) -> Metrics:
+                      spectral_map: Callable | None = None,
+                      defer: Collection[str] = ()) -> Metrics:
     """Per weight matrix: fro_change ||after - before||_F, cond_before and cond_after, in one
     jittable call (`event_report` of `weight_changes`).
 
@@ -151,7 +168,9 @@ def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2,
     diagnostics of the same state), saves computing them. `spectral_map`, a non-decreasing
     s -> s' that the event applied to the singular values of each matrix it changed, gives
     cond_after from sigma_max and sigma_min before it instead of those of `after`. A layer the
-    event left unchanged in every matrix keeps its cond without computing anything.
+    event left unchanged in every matrix keeps its cond without computing anything. Layers in
+    `defer` get no cond_after (it is computed later, outside jit: `event_report` with
+    `weight_extremes` of `after`).
     """
     changes = weight_changes(before, after, conv_spatial_ndim)
     old = weight_matrices(before, conv_spatial_ndim)
@@ -162,5 +181,5 @@ def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2,
         new = weight_matrices(after, conv_spatial_ndim)
         after_extremes = {name: jax.lax.cond(jnp.all(changes[name] == 0), _zero_extremes,
                                              extreme_singular_values, new[name])
-                          for name in new}
+                          for name in new if name not in defer}
     return event_report(changes, extremes, after_extremes, spectral_map)

@@ -7,7 +7,7 @@ import numpy as np
 
 from agents import Agent
 from interventions import feature_metrics, weight_extremes, weight_metrics
-from interventions.diagnostics import DORMANT_TAUS, SRANK_THRESHOLD
+from interventions.diagnostics import DORMANT_TAUS, SRANK_THRESHOLD, shared_layers
 
 
 def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
@@ -17,8 +17,9 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
     Weight-matrix spectra of every network in `agent.weights`, plus srank (at
     `srank_threshold`) and dormant ratios (one per tau in `taus`) of every hidden layer's
     features on `batch` (leaves `(seeds, batch, ...)`; None: the spectra alone). Call it as it
-    is, not under jax.jit: the extreme singular values go through `weight_extremes`' compiled
-    programs, which the run's event reports share; the rest is one compiled call.
+    is, not under jax.jit: the extreme singular values of the large matrices go through
+    `weight_extremes`' compiled programs, which the run's event reports share
+    (`interventions.diagnostics.shared_layers`); the rest is one compiled call.
     """
 
     @jax.jit
@@ -34,7 +35,8 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
         return out
 
     def diagnose(states, batch=None):
-        extremes = {net: weight_extremes(params) for net, params in agent.weights(states).items()}
+        extremes = {net: weight_extremes(params, layers=shared_layers(params))
+                    for net, params in agent.weights(states).items()}
         return rest(states, batch, extremes)
 
     return diagnose

@@ -18,12 +18,12 @@ from interventions import (
     EventContext,
     Plan,
     check_parts,
+    clip_event_report,
     event_report,
     make_plan,
-    weight_changes,
     weight_extremes,
-    weight_matrices,
 )
+from interventions.diagnostics import shared_layers
 from launch import diagnose as diag
 from launch.config import ConfigError, TrainConfig, run_schedule
 
@@ -91,43 +91,46 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
         return plan.apply_event(state, ctx)
 
     @jax.jit
-    def event(states, step, data):
-        """The event and each matrix's change in one call: the inits it needs are part of it,
-        so the parts of a fresh state it does not read are never computed (a layer reset's)."""
+    def event(states, step, data, extremes):
+        """The event and its report in one call: the inits it needs are part of it, so the
+        parts of a fresh state it does not read are never computed (a layer reset's). The
+        large matrices' cond_after is left to `weight_extremes`' shared programs; `kept`
+        says for each of those layers whether the event changed none of its matrices."""
         step_keys = fold(init_keys, step)
         key = fold(step_keys, 1) if "key" in needs else None
         initial = init_fn(init_keys) if "initial" in needs else None
         fresh = init_fn(step_keys) if "fresh" in needs else None
         new = jax.vmap(one)(states, key, initial, fresh, data)
         before, after = learner.weights(states), learner.weights(new)
-        changes = {net: weight_changes(before[net], after[net]) for net in before}
-        kept = jax.tree.map(lambda fro: jnp.all(fro == 0), changes)
-        return new, changes, kept
-
-    @jax.jit
-    def report(changes, extremes, after_extremes):
-        return {net: event_report(changes[net], extremes[net],
-                                  None if after_extremes is None else after_extremes[net],
-                                  spectral_map) for net in changes}
+        report, kept = {}, {}
+        for net in before:
+            defer = set() if spectral_map is not None else shared_layers(before[net])
+            report[net] = clip_event_report(before[net], after[net], extremes=extremes.get(net),
+                                            spectral_map=spectral_map, defer=defer)
+            kept[net] = {name: jnp.all(report[net][name]["fro_change"] == 0) for name in defer}
+        return new, report, kept
 
     def apply(states, env_step: int, spectra: dict | None = None):
         data = data_fn(env_step, *method.data_shape(config)) if "data" in needs else None
-        # The extreme singular values before and after go through the programs the diagnostics
-        # compiled (weight_extremes), not through the event's: each compiles once per run.
-        known = _extremes(spectra)
-        extremes = {}
+        # The large matrices' extreme singular values, before and after, go through the
+        # programs the diagnostics compiled (weight_extremes): each compiles once per run.
+        extremes = _extremes(spectra)
         for net, params in learner.weights(states).items():
-            have = known.get(net, {})
-            missing = weight_matrices(params).keys() - have.keys()
-            extremes[net] = {**weight_extremes(params, layers=missing), **have}
-        new, changes, kept = event(states, env_step, data)
-        after = None if spectral_map is not None else {
-            net: weight_extremes(params, skip=kept[net])
-            for net, params in learner.weights(new).items()}
-        values = report(changes, extremes, after)
-        return new, list(diag.rows(env_step, seeds, jax.device_get(values), method.name))
+            have = extremes.setdefault(net, {})
+            have.update(weight_extremes(params, layers=shared_layers(params) - have.keys()))
+        new, report, kept = event(states, env_step, data, extremes)
+        for net, params in learner.weights(new).items():
+            if kept[net]:
+                after = weight_extremes(params, skip=kept[net], layers=kept[net].keys())
+                changes = {name: report[net][name]["fro_change"] for name in kept[net]}
+                for name, metrics in _cond_after(changes, extremes[net], after).items():
+                    report[net][name]["cond_after"] = metrics["cond_after"]
+        return new, list(diag.rows(env_step, seeds, jax.device_get(report), method.name))
 
     return apply
+
+
+_cond_after = jax.jit(event_report)
 
 
 def _extremes(spectra: dict | None) -> dict:

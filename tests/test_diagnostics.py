@@ -270,8 +270,9 @@ def test_a_report_keeps_the_cond_of_what_an_event_left_unchanged():
 
 def test_a_report_in_parts_matches_the_one_call_report():
     """weight_changes, weight_extremes (skipping the layers no seed changed: zeros) and
-    event_report, called one after another outside jit as the events do, give
-    clip_event_report's report; weight_metrics from weight_extremes gives its own."""
+    event_report, called one after another outside jit as the events do for their large
+    matrices, give clip_event_report's report, whose `defer` leaves those layers' cond_after
+    out; weight_metrics from weight_extremes gives its own."""
     tree = jax.tree.map(lambda x: jnp.asarray(5 * x, jnp.float32), params(np.random.default_rng(5)))
     after = jax.tree.map(jnp.copy, tree)
     kernel = after["actor"]["params"]["Dense_0"]["kernel"]
@@ -288,6 +289,9 @@ def test_a_report_in_parts_matches_the_one_call_report():
             np.testing.assert_allclose(parts[name][metric], whole[name][metric], rtol=1e-6,
                                        err_msg=f"{name} {metric}")
     assert weight_extremes(tree, layers={"critic/Conv_0"}).keys() == {"critic/Conv_0"}
+    deferred = clip_event_report(tree, after, defer={"actor/Dense_0"})
+    assert deferred["actor/Dense_0"].keys() == {"fro_change", "cond_before"}
+    assert deferred["critic/Conv_0"].keys() == whole["critic/Conv_0"].keys()
     from_extremes = weight_metrics(tree, extremes=weight_extremes(tree))
     for name, metrics in weight_metrics(tree).items():
         for metric, value in metrics.items():

@@ -11,6 +11,7 @@ from agents import make_agent
 from agents.common import Batch
 from agents.sac import SACConfig
 from interventions import DEFAULT_NS_STEPS, clip_event_report, ns_clip_matrices
+from interventions.diagnostics import shared_layers
 from launch.config import TrainConfig
 from launch.diagnose import make_diagnostics
 from launch.diagnose import rows as rows_of
@@ -103,26 +104,30 @@ def test_a_clip_keeps_or_resets_the_optimizer_state_of_the_networks_it_clips(set
     assert int(new.actor.step[0]) == 3, "the TrainState's own step counts on"
 
 
-def test_an_events_report_reuses_the_diagnostics_programs_and_matches_one_call(setup):
-    """After the diagnostics of a state, a fresh reset's first event lowers two programs, the
-    event and its report's assembly: the extreme singular values before and after go through
-    the diagnostics' compiled programs. Its rows equal clip_event_report's in one call."""
-    agent, init_fn, keys, _, trained = setup
-    spectra = jax.device_get(make_diagnostics(agent)(trained))
+def test_an_events_report_reuses_the_diagnostics_programs_and_matches_one_call():
+    """After the diagnostics of a state, a fresh reset's first event compiles no program for
+    the extreme singular values of its 128 x 128 matrices, before or after: those go through
+    the programs the diagnostics compiled. Its rows equal clip_event_report's in one call."""
+    agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(128, 128)))
+    init_fn = jax.jit(jax.vmap(lambda k: agent.init(k, OBS, ACT)))
+    keys = jax.numpy.stack([jax.random.key(s) for s in (0, 1)])
+    states = init_fn(keys)
+    assert shared_layers(agent.weights(states)["critic"]) == {"net/MLP_0/Dense_1"}
+    spectra = jax.device_get(make_diagnostics(agent)(states))
     apply = event(agent, init_fn, keys, "fresh").apply
     lowered = []
 
-    def listen(name, secs, **kwargs):
+    def listen(name, secs, fun_name="", **kwargs):
         if name == "/jax/core/compile/jaxpr_to_mlir_module_duration":
-            lowered.append(name)
+            lowered.append(fun_name)
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
-        new, rows = apply(trained, 100, spectra)
+        new, rows = apply(states, 100, spectra)
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
-    assert len(lowered) == 2
-    before, after = agent.weights(trained), agent.weights(new)
+    assert "jit(event)" in lowered and "jit(_extremes_unless)" not in lowered, lowered
+    before, after = agent.weights(states), agent.weights(new)
     expected = {net: clip_event_report(before[net], after[net]) for net in before}
     want = {row[:-1]: float(row[-1]) for row in rows_of(100, [0, 1], jax.device_get(expected),
                                                          "reset")}
