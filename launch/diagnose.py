@@ -39,6 +39,7 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
                     for net, params in agent.weights(states).items()}
         return rest(states, batch, extremes)
 
+    diagnose.rest = rest  # the jitted call, for a look at its compilations
     return diagnose
 
 

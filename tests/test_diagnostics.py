@@ -225,6 +225,15 @@ def test_clip_event_report(c):
         clip_event_report(tree, {"actor": after["actor"]})
 
 
+def assert_reports_close(got: dict, want: dict, rtol: float) -> None:
+    """Two event reports with the same layers and every metric of each within rtol."""
+    assert got.keys() == want.keys()
+    for name in want:
+        for metric in ("fro_change", "cond_before", "cond_after"):
+            np.testing.assert_allclose(got[name][metric], want[name][metric], rtol=rtol,
+                                       err_msg=f"{name} {metric}")
+
+
 @pytest.mark.parametrize("sides", ["both", "upper", "lower"])
 def test_clip_report_from_the_spectra_before_matches_one_from_svds(sides):
     """The report the continual loop writes at a clip (cond_before from the diagnostics'
@@ -239,11 +248,7 @@ def test_clip_report_from_the_spectra_before_matches_one_from_svds(sides):
     extremes = {name: (m["sigma_max"], m["sigma_min"]) for name, m in weight_metrics(tree).items()}
     fast = clip_event_report(tree, after, extremes=extremes, spectral_map=spectral)
     full = clip_event_report(tree, after)
-    assert fast.keys() == full.keys()
-    for name in full:
-        for metric in ("fro_change", "cond_before", "cond_after"):
-            np.testing.assert_allclose(fast[name][metric], full[name][metric], rtol=1e-3,
-                                       err_msg=f"{name} {metric}")
+    assert_reports_close(fast, full, rtol=1e-3)
     kept = "actor/Dense_0"
     np.testing.assert_array_equal(fast[kept]["cond_after"], fast[kept]["cond_before"])
     ns = clip_method.make_config({"clip_method": "newton_schulz"})
@@ -283,11 +288,7 @@ def test_a_report_in_parts_matches_the_one_call_report():
     assert not np.any(np.asarray(after_extremes["critic/Conv_0"][0]))  # skipped: not factored
     parts = event_report(changes, weight_extremes(tree), after_extremes)
     whole = clip_event_report(tree, after)
-    assert parts.keys() == whole.keys()
-    for name in whole:
-        for metric in ("fro_change", "cond_before", "cond_after"):
-            np.testing.assert_allclose(parts[name][metric], whole[name][metric], rtol=1e-6,
-                                       err_msg=f"{name} {metric}")
+    assert_reports_close(parts, whole, rtol=1e-6)
     assert weight_extremes(tree, layers={"critic/Conv_0"}).keys() == {"critic/Conv_0"}
     deferred = clip_event_report(tree, after, defer={"actor/Dense_0"})
     assert deferred["actor/Dense_0"].keys() == {"fro_change", "cond_before"}

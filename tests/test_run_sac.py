@@ -369,7 +369,7 @@ def test_diagnostics_compile_twice_at_most_when_features_wait_for_the_buffer(tmp
                       progress=False, logdir=str(tmp_path))
     trainer = train.Trainer(agent, cfg)
     trainer.run()
-    assert trainer.diagnose._cache_size() == 2
+    assert trainer.diagnose.rest._cache_size() == 2
     rows = read_csv(os.path.join(cfg.run_dir, "diagnostics.csv"))
     steps = {m: sorted({int(r["env_step"]) for r in rows if r["metric"] == m})
              for m in ("cond", "srank")}
