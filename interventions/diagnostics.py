@@ -179,7 +179,6 @@ def clip_event_report(before: PyTree, after: PyTree, conv_spatial_ndim: int = 2,
     after_extremes = None
     if spectral_map is None:
         new = weight_matrices(after, conv_spatial_ndim)
-        after_extremes = {name: jax.lax.cond(jnp.all(changes[name] == 0), _zero_extremes,
-                                             extreme_singular_values, new[name])
+        after_extremes = {name: _extremes_unless(new[name], jnp.all(changes[name] == 0))
                           for name in new if name not in defer}
     return event_report(changes, extremes, after_extremes, spectral_map)

@@ -123,7 +123,8 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
             if kept[net]:
                 after = weight_extremes(params, skip=kept[net], layers=kept[net].keys())
                 changes = {name: report[net][name]["fro_change"] for name in kept[net]}
-                for name, metrics in _cond_after(changes, extremes[net], after).items():
+                before = {name: extremes[net][name] for name in kept[net]}
+                for name, metrics in _cond_after(changes, before, after).items():
                     report[net][name]["cond_after"] = metrics["cond_after"]
         return new, list(diag.rows(env_step, seeds, jax.device_get(report), method.name))
 
