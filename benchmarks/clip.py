@@ -7,7 +7,8 @@ Prints (1) the relative Frobenius error of Newton-Schulz clipping at c = 2 per i
 on standard Gaussian and on trained-looking anisotropic matrices; (2) times of both methods per
 shape, the SVD method's also on a matrix with condition number 4 (clipped through its Gram
 matrix), and the SVD method's clip of 10 seeds' 784 x 256 matrices vmapped against one call per
-matrix, and the extreme singular values of such a stack against all of them; (3) the time of
+matrix, the extreme singular values of such a stack against all of them, and the orthogonal
+init's Q of such Gaussian draws by Householder and by Cholesky QR; (3) the time of
 one clip event on a whole SAC and a whole BRO-size network, and of the weight and feature
 diagnostics. Times are medians after jit warm-up, with block_until_ready.
 """
@@ -32,6 +33,7 @@ from interventions import DEFAULT_NS_STEPS, feature_metrics, singular_clip, weig
 from interventions.linalg import extreme_singular_values, singular_values
 from interventions.newton_schulz import ns_clip_matrices
 from interventions.singular_clip import svd_clip_matrices
+from networks.common import gaussian_q, thin_q
 
 SHAPES = ((128, 128), (256, 256), (512, 512), (1024, 1024), (256, 512))
 QUICK_SHAPES = ((128, 128), (256, 512))
@@ -172,6 +174,20 @@ def extremes_times(repeats: int, seeds: int = 10, shape=(784, 256)) -> list[tupl
     return rows
 
 
+def init_q_times(repeats: int, seeds: int = 10, shape=(784, 256)) -> list[tuple]:
+    """The orthogonal init's Q of one Gaussian draw per seed, vmapped over the seeds, by
+    Householder QR (networks.common.thin_q) and by Cholesky QR (networks.common.gaussian_q,
+    the route such tall draws take)."""
+    z = jax.random.normal(jax.random.key(3), (seeds, *shape))
+    householder, cholesky = jax.jit(jax.vmap(thin_q)), jax.jit(jax.vmap(gaussian_q))
+    t_h, t_c = timed(householder, z, repeats=repeats), timed(cholesky, z, repeats=repeats)
+    name = f"orthogonal init's Q of {seeds} {shape[0]} x {shape[1]} Gaussian draws"
+    print(f"\n{name} (ms): Householder QR {1e3 * t_h:.2f}, Cholesky QR {1e3 * t_c:.2f} "
+          f"({t_h / t_c:.2f}x)")
+    return [(f"{name}, Householder QR", 1e3 * t_h, "ms"), (f"{name}, Cholesky QR", 1e3 * t_c, "ms"),
+            (f"{name}, Householder over Cholesky QR", t_h / t_c, "x")]
+
+
 def dense(rng: np.random.Generator, lead: tuple, n_in: int, n_out: int, bias: bool = True):
     layer = {"kernel": rng.standard_normal(lead + (n_in, n_out)).astype(np.float32) / n_in**0.5}
     if bias:
@@ -289,6 +305,7 @@ def main() -> None:
     rows += method_times(shapes, repeats, c=args.c)
     rows += stack_times(repeats, c=args.c)
     rows += extremes_times(repeats)
+    rows += init_q_times(repeats)
     rows += network_times(args.seeds, repeats, c=4.0)
     record("clip", rows)
 

@@ -11,7 +11,7 @@ import pytest
 
 from agents.common import sow_features
 from networks import BroActor, BroNet, Ensemble, OptimisticActor, QuantileCritic
-from networks.common import orthogonal
+from networks.common import CHOLESKY_QR_ASPECT, CHOLESKY_QR_MIN_SIDE, gaussian_q, orthogonal, thin_q
 
 IN, WIDTH, BATCH = 7, 12, 5
 
@@ -106,6 +106,37 @@ def test_orthogonal_init_equals_jax_orthogonal_init(shape):
     nested = jax.jit(jax.vmap(jax.vmap(lambda k: orthogonal(1.5)(k, shape))))(grid)
     np.testing.assert_array_equal(
         nested, [[jax.nn.initializers.orthogonal(1.5)(k, shape) for k in row] for row in grid])
+
+
+@pytest.mark.parametrize("shape", [(784, 256), (256, 784), (3, 3, 64, 128)])
+def test_tall_draws_take_cholesky_qr_and_match_jax_orthogonal_init(shape):
+    """Draws with n >= CHOLESKY_QR_MIN_SIDE and m >= CHOLESKY_QR_ASPECT n (784 x 256, a 3 x 3
+    conv's 576 x 128) get jax's orthogonal init's matrices up to float32 rounding, as
+    orthonormal, vmapped over seeds too, through LAPACK calls on one matrix at a time."""
+    keys = jax.random.split(jax.random.key(6), 3)
+    init = jax.jit(jax.vmap(lambda k: orthogonal(1.5)(k, shape)))
+    ours = np.asarray(init(keys))
+    ref = np.stack([jax.nn.initializers.orthogonal(1.5)(k, shape) for k in keys])
+    np.testing.assert_allclose(ours, ref, atol=1.5e-6)
+    assert not np.array_equal(ours, ref)  # not the Householder route
+    for q in ours.reshape(len(keys), -1, shape[-1]) / 1.5:
+        small = q.T @ q if q.shape[0] >= q.shape[1] else q @ q.T
+        np.testing.assert_allclose(small, np.eye(len(small)), atol=5e-6)
+    hlo = init.lower(keys).compile().as_text()
+    calls = re.findall(r"custom_call_target=\"lapack_(\w+?)_ffi\".*?num_batch_dims=\"(\d+)\"", hlo)
+    assert sorted(set(calls)) == [("spotrf", "0"), ("strsm", "0")], calls
+    assert calls.count(("strsm", "0")) == len(keys), calls  # side by side; the factors in a loop
+
+
+def test_only_tall_large_draws_take_cholesky_qr():
+    """Cholesky QR's error grows with cond(z)^2: draws short of the aspect or the side, whose
+    condition numbers can be large, keep the Householder QR, bit for bit."""
+    z = jax.random.normal(jax.random.key(7), (2, 1000, 128))
+    np.testing.assert_allclose(gaussian_q(z[0]), thin_q(z[0]), atol=1e-6)
+    n = CHOLESKY_QR_MIN_SIDE
+    for m, side in ((int(CHOLESKY_QR_ASPECT * n) - 1, n), (1000, n - 1), (n, n)):
+        z = jax.random.normal(jax.random.key(8), (m, side))
+        np.testing.assert_array_equal(gaussian_q(z), thin_q(z))
 
 
 def test_a_vmapped_init_calls_lapack_on_one_matrix_at_a_time():
