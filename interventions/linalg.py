@@ -1,6 +1,7 @@
 """LAPACK on stacks of matrices, one matrix at a time, in float32: singular values, the extreme
 ones, the Gram matrices' eigendecompositions, and the per-matrix mappings that SingularClip's
-eigendecompositions, Cholesky factors and SVDs and the orthogonal init's QR go through.
+eigendecompositions, Cholesky factors and SVDs and the orthogonal init's QRs, Cholesky factors
+and triangular inverses go through.
 
 jaxlib 0.10.2's CPU LAPACK kernels split a batched call into tasks on XLA's intra-op thread pool and
 block a pool thread until they finish; when as many batched calls run at once as the pool has
@@ -23,10 +24,10 @@ MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they o
 # Stacks whose condition numbers are all at most this get their extreme singular values from the
 # Gram matrices' extreme eigenvalues, in a third of the SVDs' time (benchmarks/clip.py, "extreme
 # singular values"): sigma_min and cond are then within 1e-4 of float64's (eps cond^2;
-# tests/test_linalg.py). Past it, the Gram matrices' check adds 15 % to the SVDs' time.
+# tests/test_linalg.py). Past it, the extremes computed first add 30 % to the SVDs' time.
 EXTREMES_GRAM_MAX_COND = 32.0
 # Matrices with a smaller side than this take SVDs: quick to compute, and the Gram route's
-# compilation (0.7 s against the SVDs' 0.1 s in each compiled call that takes it,
+# compilation (0.4 s against the SVDs' 0.1 s in each compiled call that takes it,
 # benchmarks/compile_times.py) outweighs what it saves in a short run.
 EXTREMES_GRAM_MIN_SIDE = 128
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -191,9 +192,12 @@ def _extreme_eigenvalues(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _extremes(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(sigma_max, sigma_min) of each matrix of a stack (B, m, n), m >= n: from the Gram
     matrices' extreme eigenvalues when every matrix's condition number is at most
-    EXTREMES_GRAM_MAX_COND, else from SVDs."""
-    conditioned, (lam_min, lam_max) = _checked(a, EXTREMES_GRAM_MAX_COND, _extreme_eigenvalues,
-                                               lambda out: out)
+    EXTREMES_GRAM_MAX_COND by them, else from SVDs. No Cholesky check first (gram_eigh's): it
+    would spare an ill-conditioned stack the extremes but cost every well-conditioned one, the
+    common case, time and compilation."""
+    gram = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
+    lam_min, lam_max = _extreme_eigenvalues(gram)
+    conditioned = jnp.all((lam_min > 0) & (lam_max <= EXTREMES_GRAM_MAX_COND**2 * lam_min))
 
     def by_gram(a):
         return jnp.sqrt(lam_max), jnp.sqrt(lam_min)
