@@ -83,34 +83,34 @@ def _eigh(gram: jax.Array) -> tuple[jax.Array, jax.Array]:
 POWER_ITERATIONS = 4  # of the check in gram_eigh: lambda_max(A^T A) to within about 20 %
 
 
+def gram(a: jax.Array) -> jax.Array:
+    """A^T A of each matrix of a stack (..., m, n), in float32's full precision."""
+    return jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
+
+
 def _gram_check(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array]:
     """(gram, maybe_conditioned): the Gram matrices A^T A of a stack (B, m, n), m >= n, and False
     where a Cholesky factor already shows some matrix's condition number to be past max_cond:
     with l <= lambda_max(A^T A), the Rayleigh quotient of a few power-iteration steps,
     A^T A - (l / max_cond^2) I is not positive definite only where lambda_min <= l / max_cond^2
     <= lambda_max / max_cond^2."""
-    gram = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
+    g = gram(a)
     # A fixed start, a constant of the program: no random draw to compile.
     start = np.random.default_rng(0).standard_normal((a.shape[-1], 1)).astype(np.float32)
-    x = jnp.broadcast_to(jnp.asarray(start, a.dtype), (*gram.shape[:-1], 1))
+    x = jnp.broadcast_to(jnp.asarray(start, a.dtype), (*g.shape[:-1], 1))
     for _ in range(POWER_ITERATIONS):
-        x = jnp.matmul(gram, x, precision=_HIGHEST)
+        x = jnp.matmul(g, x, precision=_HIGHEST)
         x = x / jnp.linalg.norm(x, axis=-2, keepdims=True)
-    lam_max_below = jnp.sum(x * jnp.matmul(gram, x, precision=_HIGHEST), axis=(-2, -1))
-    shift = (lam_max_below / max_cond**2)[:, None, None] * jnp.eye(gram.shape[-1], dtype=a.dtype)
-    chol = unrolled(jnp.linalg.cholesky, gram - shift)  # NaN where not positive definite
-    return gram, jnp.all(jnp.isfinite(jnp.diagonal(chol, axis1=-2, axis2=-1)))
+    lam_max_below = jnp.sum(x * jnp.matmul(g, x, precision=_HIGHEST), axis=(-2, -1))
+    shift = (lam_max_below / max_cond**2)[:, None, None] * jnp.eye(g.shape[-1], dtype=a.dtype)
+    chol = unrolled(jnp.linalg.cholesky, g - shift)  # NaN where not positive definite
+    return g, jnp.all(jnp.isfinite(jnp.diagonal(chol, axis1=-2, axis2=-1)))
 
 
-def _checked(a: jax.Array, max_cond: float, spectra, extremes):
-    """(conditioned, spectra(gram)) of a stack's Gram matrices, the spectra left out (zeros) where
-    `_gram_check` already shows the stack past max_cond; `conditioned`: every matrix's condition
-    number is at most max_cond, by the (lambda_min, lambda_max) that `extremes` reads from them."""
-    gram, maybe_conditioned = _gram_check(a, max_cond)
-    out = jax.lax.cond(maybe_conditioned, spectra,
-                       lambda g: jax.tree.map(jnp.zeros_like, jax.eval_shape(spectra, g)), gram)
-    lam_min, lam_max = extremes(out)
-    return jnp.all((lam_min > 0) & (lam_max <= max_cond**2 * lam_min)), out
+def _within(lam_min: jax.Array, lam_max: jax.Array, max_cond: float) -> jax.Array:
+    """Whether every matrix's condition number is at most max_cond, by its Gram matrix's
+    extreme eigenvalues (one bool for the stack)."""
+    return jnp.all((lam_min > 0) & (lam_max <= max_cond**2 * lam_min))
 
 
 def gram_eigh(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -118,9 +118,10 @@ def gram_eigh(a: jax.Array, max_cond: float) -> tuple[jax.Array, jax.Array, jax.
     a stack (B, m, n), m >= n, side by side, and whether every matrix's condition number is at
     most `max_cond` (one bool for the stack). A stack that `_gram_check` shows to be past
     max_cond skips its eigendecompositions (lam and v are then zeros)."""
-    conditioned, (lam, v) = _checked(a, max_cond, lambda g: unrolled(_eigh, g),
-                                     lambda out: (out[0][:, 0], out[0][:, -1]))
-    return conditioned, lam, v
+    g, maybe_conditioned = _gram_check(a, max_cond)
+    lam, v = jax.lax.cond(maybe_conditioned, lambda g: unrolled(_eigh, g),
+                          lambda g: (jnp.zeros(g.shape[:-1], g.dtype), jnp.zeros_like(g)), g)
+    return _within(lam[:, 0], lam[:, -1], max_cond), lam, v
 
 
 BISECTION_POINTS = 31  # Sturm counts per multisection step: the interval shrinks 32-fold
@@ -195,9 +196,8 @@ def _extremes(a: jax.Array) -> tuple[jax.Array, jax.Array]:
     EXTREMES_GRAM_MAX_COND by them, else from SVDs. No Cholesky check first (gram_eigh's): it
     would spare an ill-conditioned stack the extremes but cost every well-conditioned one, the
     common case, time and compilation."""
-    gram = jnp.matmul(jnp.swapaxes(a, -1, -2), a, precision=_HIGHEST)
-    lam_min, lam_max = _extreme_eigenvalues(gram)
-    conditioned = jnp.all((lam_min > 0) & (lam_max <= EXTREMES_GRAM_MAX_COND**2 * lam_min))
+    lam_min, lam_max = _extreme_eigenvalues(gram(a))
+    conditioned = _within(lam_min, lam_max, EXTREMES_GRAM_MAX_COND)
 
     def by_gram(a):
         return jnp.sqrt(lam_max), jnp.sqrt(lam_min)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from interventions import rng
-from interventions.linalg import stacked, unrolled
+from interventions.linalg import gram, stacked, unrolled
 from networks.layers import dense_cls, layer_norm_cls
 
 
@@ -42,9 +42,8 @@ def _upper_inverse(r: jax.Array) -> jax.Array:
 
 @stacked
 def _cholesky_q(z: jax.Array) -> jax.Array:
-    gram = jnp.matmul(jnp.swapaxes(z, -1, -2), z, precision=jax.lax.Precision.HIGHEST)
     # The Cholesky factors in a loop, quick to run and to compile; the inverses side by side.
-    r = jnp.swapaxes(jax.lax.map(jnp.linalg.cholesky, gram), -1, -2)
+    r = jnp.swapaxes(jax.lax.map(jnp.linalg.cholesky, gram(z)), -1, -2)
     return jnp.matmul(z, unrolled(_upper_inverse, r), precision=jax.lax.Precision.HIGHEST)
 
 
