@@ -168,7 +168,7 @@ def pid_alive(pid):
 def test_killed_job_resumes_when_the_sweep_is_launched_again(tmp_path, scripts):
     logdir = tmp_path / "runs"
     args = ["--envs=cheetah-run", "--max_steps=300", "--eval_every=10", "--checkpoint_every=20",
-            "--", "--step_s=0.01"]
+            "--", "--step_s=0.01", "--hold_at=40"]  # held there until its job process dies
     key = "sac/cheetah-run/none-utd1-seed0"
     submitted = sweep(logdir, scripts, "--no_wait", *args, timeout=60)
     assert submitted.returncode == 0 and "not waiting" in submitted.stdout
@@ -186,8 +186,8 @@ def test_killed_job_resumes_when_the_sweep_is_launched_again(tmp_path, scripts):
     again = sweep(logdir, scripts, *args)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "1 jobs: 1 interrupted; launching 1 on local" in again.stdout
-    resumed = int((logdir / key / "resumes.txt").read_text())
-    assert 40 <= resumed < 300
+    # The job's death sends the script a SIGTERM, which it answers at its next checkpoint.
+    assert int((logdir / key / "resumes.txt").read_text()) == 60
     assert eval_rows(logdir / key) == [(s, 0, fake_score("none", 1, 0, s, 300))
                                        for s in range(10, 301, 10)]
     assert read_json(SweepPaths(str(logdir)).record(key))["attempt"] == 2
@@ -198,7 +198,8 @@ def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, script
     logdir = tmp_path / "runs"
     key = "sac/cheetah-run/none-utd1-seed0"
     argv = sweep_argv(logdir, scripts, "--envs=cheetah-run", "--max_steps=300",
-                      "--eval_every=10", "--checkpoint_every=20", "--", "--step_s=0.01")
+                      "--eval_every=10", "--checkpoint_every=20", "--", "--step_s=0.01",
+                      "--hold_at=40")  # until the SIGTERM the worker passes on
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as proc:
         wait_for(lambda: (logdir / key / "checkpoints" / "step_40").exists(),
@@ -213,15 +214,18 @@ def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, script
     assert not pid_alive(first["child_pid"])
     record = read_json(SweepPaths(str(logdir)).record(key))
     assert record["attempt"] == 2 and record["pid"] != first["pid"]
-    assert 40 <= int((logdir / key / "resumes.txt").read_text()) < 300
+    assert int((logdir / key / "resumes.txt").read_text()) == 60
     assert [s for s, _, _ in eval_rows(logdir / key)] == list(range(10, 301, 10))
 
 
 @pytest.mark.slow
 def test_stop_ends_running_jobs_at_a_checkpoint_and_queued_ones_never_start(tmp_path, scripts):
     logdir = tmp_path / "runs"
+    hold = tmp_path / "hold"  # the first job waits at step 40 for the stop
+    hold.touch()
     args = ["--envs=cheetah-run,walker-run,hopper-hop", "--max_steps=300", "--eval_every=10",
-            "--checkpoint_every=20", "--max_parallel=1", "--", "--step_s=0.01"]
+            "--checkpoint_every=20", "--max_parallel=1", "--", "--step_s=0.01", "--hold_at=40",
+            f"--hold_file={hold}"]
     first, *others = [f"sac/{env}/none-utd1-seed0" for env in ("cheetah-run", "walker-run",
                                                                "hopper-hop")]
     assert sweep(logdir, scripts, "--no_wait", *args).returncode == 0
@@ -243,9 +247,10 @@ def test_stop_ends_running_jobs_at_a_checkpoint_and_queued_ones_never_start(tmp_
         .strip() == "sweep: --stop takes only --logdir (and --poll_s), not --envs, --max_parallel"
     assert sweep(logdir, scripts, "--stop").stdout == (
         "no local worker of this sweep runs on this host: nothing to stop here\n")
+    hold.unlink()
     again = sweep(logdir, scripts, *args)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert 40 <= int((logdir / first / "resumes.txt").read_text()) < 300
+    assert int((logdir / first / "resumes.txt").read_text()) == 60
     assert eval_rows(logdir / first) == [(s, 0, fake_score("none", 1, 0, s, 300))
                                          for s in range(10, 301, 10)]
     # A later --stop signals the resumed attempt's script, even should it get the old one's pid.
@@ -296,23 +301,31 @@ def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_pa
     """A launch and a --stop of one logdir take turns (the sweep's lock): launched while a
     --stop waits for its job to checkpoint, the sweep waits, then reads the records the stop
     left and resumes the job, rather than following it into its stop and ending
-    'interrupted'."""
+    'interrupted'. The job holds at step 20 until the SIGTERM comes, and its stop at step 100
+    until the relaunch is waiting, so the order does not hang on how fast processes start."""
     logdir = tmp_path / "runs"
     key = "sac/cheetah-run/none-utd1-seed0"
+    stop_hold = tmp_path / "stop_hold"
+    stop_hold.touch()
     args = ["--envs=cheetah-run", "--max_steps=200", "--eval_every=10",
-            "--checkpoint_every=100", "--", "--step_s=0.015"]
+            "--checkpoint_every=100", "--", "--step_s=0.005", "--hold_at=20",
+            f"--stop_hold_file={stop_hold}"]
     assert sweep(logdir, scripts, "--no_wait", *args).returncode == 0
-    wait_for(lambda: (logdir / key / "eval.csv").exists() and len(eval_rows(logdir / key))
-             >= 2, what="the run to start")
+    out = tmp_path / "again.out"
     with subprocess.Popen(sweep_argv(logdir, scripts, "--stop"), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as stopping:
         wait_for(lambda: read_json(SweepPaths(str(logdir)).record(key)).get("stop_sent_to"),
                  what="the stop's SIGTERM")
-        again = sweep(logdir, scripts, *args)
-        stop_out, stop_err = stopping.communicate(timeout=60)
+        with open(out, "w") as again_out, subprocess.Popen(
+                sweep_argv(logdir, scripts, *args), stdout=again_out, stderr=subprocess.PIPE,
+                text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}) as again:
+            wait_for(lambda: out.read_text(), what="the relaunch's first line")
+            stop_hold.unlink()
+            _, stop_err = stopping.communicate(timeout=60)
+            _, again_err = again.communicate(timeout=60)
     assert stopping.returncode == 0, stop_err
-    assert again.returncode == 0, again.stdout + again.stderr
-    lines = again.stdout.splitlines()
+    lines = out.read_text().splitlines()
+    assert again.returncode == 0, lines + [again_err]
     assert lines[0].startswith("waiting for a --stop (pid "), lines
     assert lines[-1] == "1 done", lines
     assert int((logdir / key / "resumes.txt").read_text()) == 100

@@ -10,6 +10,9 @@ Training is simulated: each env step sleeps --step_s seconds; the return of seed
 is a fixed function of the run's settings. --fail_at=N exits 1 with a one-line message when it
 reaches step N (only while the file --fail_while_exists names exists, if given). A SIGTERM
 stops it at its next checkpoint, as the run scripts stop at their next episode end: exit 143.
+So that a test can order its signals against a run's progress without racing it, --hold_at=N
+holds a run at step N until a SIGTERM comes (only while the file --hold_file names exists, if
+given), and a run stopping on a SIGTERM waits while the file --stop_hold_file names exists.
 """
 
 import argparse
@@ -38,10 +41,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--run_name", default="")
     for name, default in (("utd", 1), ("seed", 0), ("num_seeds", 1), ("max_steps", 100),
                           ("start_steps", 10), ("eval_every", 10), ("eval_episodes", 1),
-                          ("batch_size", 256), ("checkpoint_every", 20), ("fail_at", -1)):
+                          ("batch_size", 256), ("checkpoint_every", 20), ("fail_at", -1),
+                          ("hold_at", -1)):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--step_s", type=float, default=0.0)
     parser.add_argument("--fail_while_exists", default="")
+    parser.add_argument("--hold_file", default="")
+    parser.add_argument("--stop_hold_file", default="")
     parser.add_argument("--dry_run", action="store_true")
     parser.add_argument("--dry_run_s", type=float, default=0.0)
     return parser.parse_args(argv[1:])
@@ -69,6 +75,14 @@ def cut_back(path: str, step: int, header: bool) -> None:
     kept = [r for r in body if r and int(r.split(sep)[0]) <= step]
     with open(path, "w") as f:
         f.write("".join(f"{r}\n" for r in head + kept))
+
+
+def wait_until(condition, timeout_s: float = 60.0) -> None:
+    deadline = time.time() + timeout_s
+    while not condition():
+        if time.time() > deadline:
+            sys.exit(f"error: waited {timeout_s} s for the test to go on")
+        time.sleep(0.02)
 
 
 def main(argv: list[str]) -> int:
@@ -132,9 +146,12 @@ def main(argv: list[str]) -> int:
                 f.write(str(step))
             os.replace(tmp, os.path.join(ckpt_dir, f"step_{step}"))
             if stop and step < args.max_steps:
+                wait_until(lambda: not os.path.exists(args.stop_hold_file))
                 print(f"error: stopped by SIGTERM at env step {step}, after a checkpoint there "
                       f"({len(stop)} SIGTERM)", file=sys.stderr)
                 return 143
+        if step == args.hold_at and (not args.hold_file or os.path.exists(args.hold_file)):
+            wait_until(lambda: stop)
     with open(os.path.join(run_dir, "done.json"), "w") as f:
         json.dump({"env_step": args.max_steps}, f)
     return 0
