@@ -311,6 +311,8 @@ def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_pa
             "--checkpoint_every=100", "--", "--step_s=0.005", "--hold_at=20",
             f"--stop_hold_file={stop_hold}"]
     assert sweep(logdir, scripts, "--no_wait", *args).returncode == 0
+    wait_for(lambda: (logdir / key / "eval.csv").exists() and len(eval_rows(logdir / key))
+             >= 2, what="the run to start")
     out = tmp_path / "again.out"
     with subprocess.Popen(sweep_argv(logdir, scripts, "--stop"), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as stopping:
