@@ -17,14 +17,19 @@ it runs through swallows, which `raise_dropped()` raises: the training loop call
 env step, the sweep at every check of its jobs (aggregation, which has no such loop, leaves one
 dropped there dropped). A process that never calls `hold()` keeps Python's Ctrl-C as it is.
 After `hold()`, a KeyboardInterrupt that no code catches ends the process with one `error:` line
-and exit code 130, not a traceback. A process that starts with SIGINT ignored (one a shell
+and exit code 130, not a traceback, and so does an error that C code made of one: a
+KeyboardInterrupt raised in Python code that C code called (numpy's dtype lookup calling a jax
+scalar type's `__hash__`) can come back as a SystemError caused by it, which `as_interrupt()`
+turns back into the KeyboardInterrupt. A process that starts with SIGINT ignored (one a shell
 started in the background) keeps ignoring it. A Ctrl-C in the first hundredths of a second,
 while Python itself starts, before any of this runs, still gives a traceback.
 """
 
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 
 _pending = False  # a Ctrl-C held during the imports, or one Python dropped, not raised since
 
@@ -84,12 +89,36 @@ def raise_dropped() -> None:
         raise KeyboardInterrupt
 
 
+def caused_by_ctrl_c(error: BaseException) -> bool:
+    """Whether `error` is a KeyboardInterrupt or was raised from or while handling one."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@contextlib.contextmanager
+def as_interrupt() -> Iterator[None]:
+    """Raise an error that came from a Ctrl-C (`caused_by_ctrl_c`) as the KeyboardInterrupt
+    it is, so that the script's `except KeyboardInterrupt` answers it."""
+    try:
+        yield
+    except Exception as error:
+        if caused_by_ctrl_c(error):
+            raise KeyboardInterrupt from error
+        raise
+
+
 def _ctrl_c_in_one_line(hook):
-    """sys.excepthook: a KeyboardInterrupt that reached the top is one line and exit 130 (with
-    no interpreter shutdown, as `runner._interrupted`); anything else goes to `hook`."""
+    """sys.excepthook: a KeyboardInterrupt (or an error caused by one) that reached the top is
+    one line and exit 130 (with no interpreter shutdown, as `runner._interrupted`); anything
+    else goes to `hook`."""
 
     def one_line(kind, value, traceback) -> None:
-        if not issubclass(kind, KeyboardInterrupt):
+        if not (issubclass(kind, KeyboardInterrupt) or caused_by_ctrl_c(value)):
             hook(kind, value, traceback)
             return
         try:

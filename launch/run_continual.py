@@ -64,7 +64,8 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     try:
         ctrl_c.deliver()
-        _main(argv)
+        with ctrl_c.as_interrupt():
+            _main(argv)
     except KeyboardInterrupt:
         _interrupted("interrupted before training started", 130)
 
@@ -111,7 +112,8 @@ def _main(argv: list[str]) -> None:
 
     signal.signal(signal.SIGTERM, stop_at_boundary)
     try:
-        run.run(record)
+        with ctrl_c.as_interrupt():
+            run.run(record)
     except Diverged as e:
         _fail(f"training diverged: {e}; diverged.json in {cfg.run_dir} says where", 1)
     except CannotResume as e:

@@ -110,7 +110,8 @@ def main(
         asyncio_logger.addFilter(_not_unretrieved_task_exception)
     try:
         ctrl_c.deliver()  # raises one held while the script imported its libraries
-        _main(argv, agent_name, agent_config, adjust, warn_schedule)
+        with ctrl_c.as_interrupt():
+            _main(argv, agent_name, agent_config, adjust, warn_schedule)
     except KeyboardInterrupt:  # during the checks and the agent's construction
         _interrupted("interrupted before training started")
 
@@ -185,9 +186,10 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
     try:  # a Ctrl-C from the banner on is answered with what the run directory holds
         print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
               f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr, flush=True)
-        trainer = make_trainer(agent, cfg)
-        signal.signal(signal.SIGTERM, _stop_at_episode_end(trainer))
-        trainer.run()
+        with ctrl_c.as_interrupt():
+            trainer = make_trainer(agent, cfg)
+            signal.signal(signal.SIGTERM, _stop_at_episode_end(trainer))
+            trainer.run()
     except Diverged as e:
         if e.resumed_from is not None:  # a damaged checkpoint would do this too: name it
             kept = (f"{e.env_step - e.resumed_from} env step(s) after resuming from the "

@@ -433,6 +433,40 @@ def test_a_ctrl_c_that_library_code_swallows_is_raised_at_the_next_check(monkeyp
         signal.signal(signal.SIGINT, previous)
 
 
+def _ctrl_c_inside_c_code():
+    """What CPython gives when a Ctrl-C's KeyboardInterrupt is raised in Python code that C
+    code called and the C code goes on (seen in CI: numpy's dtype lookup of a jax scalar
+    type)."""
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as e:
+        raise SystemError("<function _ScalarMeta.__numpy_dtype__> returned a result with an "
+                          "exception set") from e
+
+
+def test_an_error_c_code_made_of_a_ctrl_c_is_answered_as_the_ctrl_c():
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with ctrl_c.as_interrupt():
+            _ctrl_c_inside_c_code()
+    assert isinstance(raised.value.__cause__, SystemError)
+    with pytest.raises(SystemError, match="^not from a Ctrl-C$"):
+        with ctrl_c.as_interrupt():
+            raise SystemError("not from a Ctrl-C")
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c.as_interrupt():
+            raise KeyboardInterrupt
+    # One that reaches the top is one line and exit 130, as a KeyboardInterrupt is.
+    code = ("from launch import ctrl_c; from tests.test_resume import _ctrl_c_inside_c_code; "
+            "ctrl_c.hold(); ctrl_c.deliver(); _ctrl_c_inside_c_code()")
+    top = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert (top.returncode, top.stderr) == (130, "error: interrupted (Ctrl-C)\n"), top.stderr
+    other = subprocess.run([sys.executable, "-c", code.replace("_ctrl_c_inside_c_code()",
+                                                               "1 / 0")],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert other.returncode == 1 and "ZeroDivisionError" in other.stderr, other.stderr
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
