@@ -109,7 +109,8 @@ def main(argv: list[str]) -> None:
         ctrl_c.deliver()
         if len(argv) > 1:
             raise AggregationError(f"unexpected arguments {argv[1:]}; every setting is a --flag")
-        run()
+        with ctrl_c.as_interrupt():
+            run()
     except AggregationError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

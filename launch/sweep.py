@@ -307,7 +307,8 @@ def main(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
     try:
         ctrl_c.deliver()  # raises one held while this script imported its libraries
-        sys.exit(run(argv[1:]))
+        with ctrl_c.as_interrupt():
+            sys.exit(run(argv[1:]))
     except (SweepError, UnknownEnvError) as e:
         print(f"sweep: {e}", file=sys.stderr)
         sys.exit(2)
