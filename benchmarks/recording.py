@@ -13,9 +13,10 @@ import importlib.metadata
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterable
+
+from launch.rundir.code import code_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results.csv")
@@ -56,17 +57,7 @@ def version(package: str) -> str:
 def commit() -> str:
     """The checkout's commit, with "+changes" when tracked files (other than the results file)
     differ from it; "unknown" outside a git checkout."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True,
-                              check=True).stdout.strip()
-
-    try:
-        head = git("rev-parse", "--short=12", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                      ":(exclude)benchmarks/results.csv")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+changes" if changed else "")
+    return code_version(ROOT, exclude=("benchmarks/results.csv",))
 
 
 COMMIT = commit()  # when the script started, its code read: a long run may outlast a checkout

@@ -43,7 +43,13 @@ from launch.checkpoint import Checkpointer
 from launch.config import ConfigError
 from launch.events import event_apply
 from launch.rundir.files import RunFiles
-from launch.rundir.record import WATCH_SETTINGS, added_settings, flat_settings, read_config
+from launch.rundir.record import (
+    WATCH_SETTINGS,
+    added_settings,
+    flat_settings,
+    read_config,
+    with_earlier_versions,
+)
 from launch.rundir.resume import checkpoint_dirs, refuse_other_settings
 
 HEADERS = {
@@ -291,6 +297,8 @@ class ContinualRun:
         config.json's."""
         cfg = self.cfg
         progress = self.start()
+        if progress.tasks_done:
+            record = with_earlier_versions(cfg.run_dir, record, progress.tasks_done, "task")
         self.files.write_config(record)
         self.files.open_dashboards(record, progress.tasks_done - 1)  # the last task logged
         started = time.time() - progress.wall_time
@@ -320,7 +328,8 @@ class ContinualRun:
         return progress
 
 
-IGNORED_ON_RESUME = ("resume", "progress", "versions", "logdir", *WATCH_SETTINGS)
+IGNORED_ON_RESUME = ("resume", "progress", "versions", "earlier_versions", "logdir",
+                     *WATCH_SETTINGS)
 
 
 def resume_state(cfg: ContinualConfig, record: dict) -> str:

@@ -6,6 +6,7 @@ code 2."""
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,8 +109,25 @@ def test_resume_after_a_kill_at_a_task_boundary_is_bit_identical(tmp_path):
     assert killed.returncode == -9, killed.stderr[-2000:]
     parts = run_dir(tmp_path / "parts", "random_label_digits", "clip-seed0")
     assert len(read_csv(os.path.join(parts, "tasks.csv"))) == 6  # task 2 logged, not saved
+    config_path = os.path.join(parts, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    today = dict(config["versions"])
+    assert re.fullmatch(r"[0-9a-f]{12}(\+changes)?|unknown", today["code"]), today
+    config["versions"]["code"] = "0123456789ab"  # as if the run had started with other code
+    with open(config_path, "w") as f:
+        json.dump(config, f)
     resumed = run("run_continual.py", *flags, f"--logdir={tmp_path / 'parts'}")
     assert "resumed after task 1" in resumed.stderr
+    # The resume warned about the code, and config.json keeps what the first two tasks ran.
+    assert ("warning: resuming with other versions than the run's earlier part: code "
+            f"0123456789ab -> {today['code']}; config.json keeps those for the tasks before "
+            "task 2 in earlier_versions") in resumed.stderr
+    with open(config_path) as f:
+        config = json.load(f)
+    assert config["versions"] == today
+    assert config["earlier_versions"] == [{"until_task": 2, "versions": {
+        **today, "code": "0123456789ab"}}]
     whole = run_dir(tmp_path / "whole", "random_label_digits", "clip-seed0")
     for name in ("tasks.csv", "diagnostics.csv", "interventions.csv"):
         with open(os.path.join(whole, name)) as a, open(os.path.join(parts, name)) as b:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from launch.rundir.code import CODE, UNKNOWN
 from launch.sweep_lib import submit
 from launch.sweep_lib.grid import JobSpec, SweepError
 from launch.sweep_lib.state import SweepPaths, read_json
@@ -111,14 +112,22 @@ def test_small_sweep_runs_each_job_once_and_a_relaunch_skips_them(tmp_path, scri
     assert max_overlap(records) <= 2 and len({r["pid"] for r in records}) == 2
     assert all(r["attempt"] == 1 and r["returncode"] == 0 for r in records)
 
+    # One run as if made by other code (config.json's versions.code): kept, with a warning.
+    other = logdir / keys[0] / "config.json"
+    other.write_text(json.dumps({**json.loads(other.read_text()),
+                                 "versions": {"code": "0123456789ab"}}))
+    warning = (f"warning: 1 finished run(s) ran other code than this checkout ({CODE}), e.g. "
+               f"{logdir / keys[0]} (0123456789ab); they count as done and are not run again")
     before = {k: (logdir / k / "eval.csv").stat().st_mtime_ns for k in keys}
     again = sweep(logdir, scripts, *args)
     assert again.returncode == 0 and "4 jobs: 4 done; launching 0 on local" in again.stdout
     assert before == {k: (logdir / k / "eval.csv").stat().st_mtime_ns for k in keys}
+    assert (warning in again.stderr) == (CODE != UNKNOWN), again.stderr
 
     status = sweep(logdir, scripts, "--status")
     assert status.returncode == 0
     assert sorted(status.stdout.splitlines()[:-1]) == sorted(f"done        {k}" for k in keys)
+    assert (warning in status.stderr) == (CODE != UNKNOWN), status.stderr
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import sys
 import tempfile
 
 from interventions.registry import all_settings
+from launch.rundir.code import CODE
 
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "dm_control", "orbax-checkpoint", "numpy")
 # The dashboards' settings (launch/dashboards.py): how a run is watched, not what it computes,
@@ -33,6 +34,7 @@ def versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             out[name] = "not installed"
     out["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
+    out["code"] = CODE  # this checkout's commit (launch/rundir/code.py)
     return out
 
 
@@ -120,9 +122,16 @@ def _set(versions: dict) -> dict:
     return {k: v for k, v in versions.items() if v not in (None, "")}
 
 
-def with_earlier_versions(run_dir: str, record: dict, env_step: int) -> dict:
+# What a resume's earlier part ran up to: config.json's key, and how the warning says it.
+UNTIL = {"env_step": ("until_env_step", "up to env step {}"),
+         "task": ("until_task", "for the tasks before task {}")}
+
+
+def with_earlier_versions(run_dir: str, record: dict, until: int, unit: str = "env_step") -> dict:
     """The config record of a resumed run, keeping (in `earlier_versions`) the library
-    versions and XLA options its earlier part ran with when they differ from today's."""
+    versions, code and XLA options its earlier part ran with when they differ from today's;
+    that part ran up to `until` (an env step, or for `unit="task"` the tasks done)."""
+    key, span = UNTIL[unit]
     before = read_config(run_dir) or {}
     earlier = list(before.get("earlier_versions", []))
     then = before.get("versions")
@@ -132,9 +141,9 @@ def with_earlier_versions(run_dir: str, record: dict, env_step: int) -> dict:
         print("warning: resuming with other versions than the run's earlier part: " +
               ", ".join(f"{k} {was.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
                         for k in changed) +
-              f"; config.json keeps those up to env step {env_step} in earlier_versions",
+              f"; config.json keeps those {span.format(until)} in earlier_versions",
               file=sys.stderr)
-        earlier.append({"until_env_step": env_step, "versions": then})
+        earlier.append({key: until, "versions": then})
     return {**record, "earlier_versions": earlier} if earlier else record
 
 
