@@ -98,6 +98,7 @@ def test_bro_resets_the_last_layers_to_the_first_weights(k):
     reset_and_check(agent, state, initial, agent.param_parts, k, LAST["bro"])
 
 
+@pytest.mark.slow
 def test_a_conv_net_resets_its_last_three_layers():
     learner = ToyLearner(ConvNet((4, 6), 8, 3))
     x = examples((8, 8, 2), 3, (3, 16))
