@@ -10,6 +10,7 @@ intervals count each seed once.
 
 from __future__ import annotations
 
+import collections
 import csv
 import json
 import os
@@ -21,6 +22,7 @@ import numpy as np
 
 from analysis.bootstrap import generator, percentile_interval, stratified_bootstrap
 from analysis.errors import AggregationError
+from analysis.grouping import config_value
 from analysis.metrics import probability_of_improvement
 
 METRICS = ("online_accuracy", "final_accuracy", "loss")
@@ -31,6 +33,7 @@ class Method(NamedTuple):
     task: str  # the benchmark
     scores: np.ndarray  # (seeds, tasks)
     runs: tuple[str, ...]  # run directories
+    code: tuple[str, ...] = ()  # each run's code (config.json's versions.code; "not recorded")
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -64,13 +67,14 @@ def find_runs(roots: Sequence[str]) -> list[str]:
     return found
 
 
-def label_of(config: dict, group_by: Sequence[str]) -> str:
+def label_of(config: dict, group_by: Sequence[str], source: str = "config.json") -> str:
     """The method's name: its --intervention, "(no LayerNorm)" without LayerNorm, then the
-    `group_by` settings as key=value."""
+    `group_by` settings as key=value (dotted keys reach into nested ones: versions.code);
+    AggregationError naming `source` for a key the run does not record."""
     label = config.get("intervention", "?")
     if config.get("layer_norm") is False:
         label += " (no LayerNorm)"
-    extra = [f"{key}={config.get(key)}" for key in group_by]
+    extra = [f"{key}={config_value(config, key, source)}" for key in group_by]
     return label + (f" [{', '.join(extra)}]" if extra else "")
 
 
@@ -99,17 +103,32 @@ def load_methods(roots: Sequence[str], metric: str = "online_accuracy",
     for folder in find_runs(roots):
         config, scores = read_run(folder, metric)
         benchmarks.add(config.get("task"))
-        grouped.setdefault(label_of(config, group_by), []).append((folder, scores))
+        label = label_of(config, group_by, os.path.join(folder, "config.json"))
+        grouped.setdefault(label, []).append((folder, scores, code_of(config)))
     if len(benchmarks) > 1:
         raise AggregationError("--runs hold runs of several benchmarks ("
                                f"{', '.join(sorted(map(str, benchmarks)))}); aggregate one at "
                                "a time")
     benchmark = benchmarks.pop()
-    tasks = min(s.shape[1] for runs in grouped.values() for _, s in runs)
+    tasks = min(s.shape[1] for runs in grouped.values() for _, s, _ in runs)
     if tasks == 0:
         raise AggregationError("a run under --runs has no finished task")
-    return [Method(label, benchmark, np.concatenate([s[:, :tasks] for _, s in runs]),
-                   tuple(f for f, _ in runs)) for label, runs in grouped.items()]
+    return [Method(label, benchmark, np.concatenate([s[:, :tasks] for _, s, _ in runs]),
+                   tuple(f for f, _, _ in runs), tuple(c for _, _, c in runs))
+            for label, runs in grouped.items()]
+
+
+def code_of(config: dict) -> str:
+    """The code a run recorded (config.json's versions.code), "not recorded" for a run from
+    before runs recorded it."""
+    versions = config.get("versions")
+    code = versions.get("code") if isinstance(versions, dict) else None
+    return code if isinstance(code, str) else "not recorded"
+
+
+def code_versions(methods: Sequence[Method]) -> dict[str, dict[str, int]]:
+    """{method: {code version: runs}}: which code made the runs of each method."""
+    return {m.label: dict(collections.Counter(m.code)) for m in methods}
 
 
 class Summary(NamedTuple):

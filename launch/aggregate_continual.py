@@ -10,6 +10,7 @@ intervals over seeds, and the probability of improvement of --reference (clip) o
 other method (table.md, table.csv, summary.json).
 """
 
+import collections
 import csv
 import json
 import sys
@@ -22,7 +23,14 @@ startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries 
 # isort: split
 from absl import app, flags
 
-from analysis.continual import METRICS, line_style, load_methods, markdown, summarize
+from analysis.continual import (
+    METRICS,
+    code_versions,
+    line_style,
+    load_methods,
+    markdown,
+    summarize,
+)
 from analysis.errors import AggregationError
 from launch import ctrl_c
 from launch.cli import one_line_flag_parser
@@ -94,10 +102,17 @@ def run() -> None:
             writer.writerows((label, t, f"{a:.6g}", f"{b:.6g}", f"{c:.6g}")
                              for t, (a, b, c) in enumerate(zip(mean, lower, upper,
                                                                 strict=True)))
+    code = code_versions(methods)
     (out / "summary.json").write_text(json.dumps(
         {"benchmark": methods[0].task, "metric": FLAGS.metric, "last": last,
          "table": summary.table, "improvement": summary.improvement,
-         "runs": {m.label: list(m.runs) for m in methods}}, indent=2))
+         "runs": {m.label: list(m.runs) for m in methods}, "code": code}, indent=2))
+    made_by = collections.Counter(c for m in methods for c in m.code)
+    if len(made_by) > 1:
+        print(f"warning: the runs were made by {len(made_by)} versions of the code (" +
+              ", ".join(f"{c}: {n} run(s)" for c, n in made_by.most_common()) +
+              "); summary.json lists them by method, and --group_by=versions.code separates "
+              "them", file=sys.stderr)
     if FLAGS.plots:
         plot(summary, methods, out / "curve.png", FLAGS.metric)
     print(text)

@@ -16,13 +16,17 @@ from launch.sweep_lib.grid import SweepError, make_grid
 from tests.helpers.runs import read_csv, run
 
 
-def fake_run(root, task, intervention, seeds, scores, layer_norm=True, cond=None):
-    """A run directory with config.json, tasks.csv (online accuracy = scores (seeds, tasks)),
-    and diagnostics.csv (cond of one layer) when `cond` is given."""
+def fake_run(root, task, intervention, seeds, scores, layer_norm=True, cond=None, code=None):
+    """A run directory with config.json (versions.code = `code` where given), tasks.csv
+    (online accuracy = scores (seeds, tasks)), and diagnostics.csv (cond of one layer) when
+    `cond` is given."""
     folder = os.path.join(root, "continual", task, f"{intervention}-{layer_norm}-seed{seeds[0]}")
     os.makedirs(folder)
+    config = {"task": task, "intervention": intervention, "layer_norm": layer_norm}
+    if code is not None:
+        config["versions"] = {"jax": "0.10.2", "code": code}
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump({"task": task, "intervention": intervention, "layer_norm": layer_norm}, f)
+        json.dump(config, f)
     with open(os.path.join(folder, "tasks.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["task", "seed", "online_accuracy", "final_accuracy", "loss"])
@@ -102,6 +106,34 @@ def test_aggregate_and_condition_number_commands(tmp_path):
     assert {r["layer"] for r in rows} == {"MLP_0/Dense_0"} and len(rows) == 2 * 15
     bad = run("aggregate_continual.py", f"--runs={tmp_path / 'nothing'}", check=False)
     assert bad.returncode == 2 and "--runs" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_the_code_that_made_the_runs_is_reported_and_can_split_them(tmp_path):
+    rng = np.random.default_rng(2)
+    old, new = "0123456789ab", "ba9876543210+changes"
+    fake_run(tmp_path, "permuted_digits", "clip", [0, 1], rng.uniform(0, 1, (2, 5)), code=old)
+    fake_run(tmp_path, "permuted_digits", "clip", [2, 3], rng.uniform(0, 1, (2, 5)), code=new)
+    fake_run(tmp_path, "permuted_digits", "none", [0, 1], rng.uniform(0, 1, (2, 5)), code=new)
+    common = [f"--runs={tmp_path}", "--reps=200", "--curve_reps=50", "--plots=false"]
+    proc = run("aggregate_continual.py", *common, f"--out={tmp_path / 'pooled'}")
+    assert ("warning: the runs were made by 2 versions of the code (ba9876543210+changes: 2 "
+            "run(s), 0123456789ab: 1 run(s)); summary.json lists them by method, and "
+            "--group_by=versions.code separates them") in proc.stderr
+    summary = json.loads((tmp_path / "pooled" / "summary.json").read_text())
+    assert summary["code"] == {"clip": {old: 1, new: 1}, "none": {new: 1}}
+    split = run("aggregate_continual.py", *common, "--group_by=versions.code",
+                f"--reference=clip [versions.code={new}]", f"--out={tmp_path / 'split'}")
+    table = json.loads((tmp_path / "split" / "summary.json").read_text())["table"]
+    assert [r["method"] for r in table] == [f"clip [versions.code={old}]",
+                                            f"clip [versions.code={new}]",
+                                            f"none [versions.code={new}]"]
+    assert [r["seeds"] for r in table] == [2, 2, 2]
+    assert "warning" in split.stderr  # the table still holds runs of both versions
+    typo = run("aggregate_continual.py", *common, "--group_by=versions.cod",
+               f"--out={tmp_path / 'typo'}", check=False)
+    assert typo.returncode == 2
+    assert typo.stderr.strip().splitlines()[-1].startswith(
+        "error: unknown group key 'versions.cod' in ")
 
 
 def test_anisotropic_matrix_has_d_unit_directions_at_the_original_norm():
