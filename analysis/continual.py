@@ -22,7 +22,7 @@ import numpy as np
 
 from analysis.bootstrap import generator, percentile_interval, stratified_bootstrap
 from analysis.errors import AggregationError
-from analysis.grouping import config_value
+from analysis.grouping import code_of, config_value
 from analysis.metrics import probability_of_improvement
 
 METRICS = ("online_accuracy", "final_accuracy", "loss")
@@ -116,14 +116,6 @@ def load_methods(roots: Sequence[str], metric: str = "online_accuracy",
     return [Method(label, benchmark, np.concatenate([s[:, :tasks] for _, s, _ in runs]),
                    tuple(f for f, _, _ in runs), tuple(c for _, _, c in runs))
             for label, runs in grouped.items()]
-
-
-def code_of(config: dict) -> str:
-    """The code a run recorded (config.json's versions.code), "not recorded" for a run from
-    before runs recorded it."""
-    versions = config.get("versions")
-    code = versions.get("code") if isinstance(versions, dict) else None
-    return code if isinstance(code, str) else "not recorded"
 
 
 def code_versions(methods: Sequence[Method]) -> dict[str, dict[str, int]]:

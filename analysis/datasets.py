@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.grouping import group_runs, result_settings, shared_length, warn_if_pooled
+from analysis.grouping import (
+    code_of,
+    group_runs,
+    result_settings,
+    shared_length,
+    warn_if_pooled,
+)
 from analysis.layouts import Run, canonical_task, load_runs
 
 
@@ -38,6 +45,19 @@ def _warn_repeated_seeds(label: str, runs: Sequence[Run]) -> None:
         warnings.warn(f"{label}: {len(repeated)} seed(s) appear in more than one run dir and "
                       f"count once per copy (e.g. seed {seed} on {task} in {', '.join(where)})",
                       AggregationWarning, stacklevel=3)
+
+
+def _warn_code_versions(label: str, runs: Sequence[Run], group_by: Sequence[str]) -> None:
+    """Warn when an algorithm's run dirs were made by more than one version of the code
+    (config.json's versions.code): they are pooled, as runs of other library versions are."""
+    made_by = {run.run_id.rpartition("/seed")[0]: code_of(run.config)
+               for run in runs if run.config}
+    counts = collections.Counter(made_by.values())
+    if len(counts) > 1:
+        versions = ", ".join(f"{code}: {n} run dir(s)" for code, n in counts.most_common())
+        warnings.warn(f"{label}: its runs were made by {len(counts)} versions of the code "
+                      f"({versions}); use --group_by={','.join([*group_by, 'versions.code'])} "
+                      "to separate them", AggregationWarning, stacklevel=3)
 
 
 def _warn_missing_runs(path: str, groups: dict[str, list[Run]], tasks: Sequence[str]) -> None:
@@ -130,6 +150,7 @@ def load_datasets(
             datasets[label] = group
             if layout == "project":
                 _warn_repeated_seeds(label, group)
+                _warn_code_versions(label, group, group_by)
             sources.append(Source(label, str(path), layout, len(group),
                                   len({r.task for r in group})))
     _warn_other_action_repeats(datasets, group_by)

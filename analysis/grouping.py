@@ -27,6 +27,14 @@ def config_value(config: dict, key: str, source: str) -> object:
     return node
 
 
+def code_of(config: dict) -> str:
+    """The code a run recorded (config.json's versions.code), "not recorded" for a run from
+    before runs recorded it."""
+    versions = config.get("versions")
+    code = versions.get("code") if isinstance(versions, dict) else None
+    return code if isinstance(code, str) else "not recorded"
+
+
 def _format(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 

@@ -127,6 +127,28 @@ def pooling_warnings(*args, **kwargs):
     return [str(w.message) for w in caught if "pooled into one algorithm" in str(w.message)]
 
 
+def test_runs_made_by_other_code_are_pooled_with_a_warning_and_split_by_versions_code(tmp_path):
+    old, new = "0123456789ab", "ba9876543210"
+    write_project_run(tmp_path, "cheetah-run", "a", {0: curve(0), 1: curve(1)},
+                      versions=dict(jax="0.10.2", code=old))
+    write_project_run(tmp_path, "walker-run", "b", {0: curve(2)},
+                      versions=dict(jax="0.10.2", code=new))
+    write_project_run(tmp_path, "walker-run", "c", {1: curve(3)},
+                      versions=dict(jax="0.10.2", code=new))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_datasets([str(tmp_path)])
+    messages = [str(w.message) for w in caught if "versions of the code" in str(w.message)]
+    assert messages == [f"{tmp_path.name}: its runs were made by 2 versions of the code ({new}: "
+                        f"2 run dir(s), {old}: 1 run dir(s)); use --group_by=versions.code to "
+                        "separate them"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        datasets, _ = load_datasets([str(tmp_path)], group_by=["versions.code"])
+    assert sorted(datasets) == [f"versions.code={old}", f"versions.code={new}"]
+    assert not [w for w in caught if "versions of the code" in str(w.message)]
+
+
 def test_pooling_runs_that_differ_in_any_setting_that_changes_results_warns(tmp_path):
     base = dict(intervention="clip", utd=8, action_repeat=1, batch_size=256, clip_c=4.0,
                 intervention_every=200_000, intervention_steps=[])
