@@ -17,8 +17,10 @@ def code_version(root: str = ROOT, exclude: Sequence[str] = ()) -> str:
     `root` is not the top of a git checkout (an installed copy inside another repository
     included) or git cannot be run."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                              check=True, timeout=30).stdout.strip()
+        # --no-optional-locks: a status writes nothing (many jobs may start at once)
+        return subprocess.run(["git", "--no-optional-locks", "-C", root, *args],
+                              capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
 
     try:
         if os.path.realpath(git("rev-parse", "--show-toplevel")) != os.path.realpath(root):
