@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import Run
 from interventions import registry
+from launch.rundir.code import recorded_code
 from launch.rundir.record import WATCH_SETTINGS, flat_settings
 
 POOLING_KEYS = ("agent", "intervention", "utd")
@@ -30,9 +31,7 @@ def config_value(config: dict, key: str, source: str) -> object:
 def code_of(config: dict) -> str:
     """The code a run recorded (config.json's versions.code), "not recorded" for a run from
     before runs recorded it."""
-    versions = config.get("versions")
-    code = versions.get("code") if isinstance(versions, dict) else None
-    return code if isinstance(code, str) else "not recorded"
+    return recorded_code(config) or "not recorded"
 
 
 def _format(value: object) -> str:

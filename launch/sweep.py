@@ -56,7 +56,6 @@ from launch.sweep_lib.submit import (
     launch,
     launch_conflict,
     machine_parallel,
-    other_code_runs,
     other_code_warning,
     recorded_jobs,
     run_dir_conflict,
@@ -260,7 +259,7 @@ def run(trailing: list[str]) -> int:
                                    "these flags refuses them)" if conflicts else ""))
         if not given:
             unrecorded(paths)
-        warning = other_code_warning(other_code_runs(specs, statuses, paths.logdir))
+        warning = other_code_warning(specs, statuses, paths.logdir)
         if warning:
             print(warning, file=sys.stderr)
         return 0
@@ -283,7 +282,7 @@ def run(trailing: list[str]) -> int:
                   f"{options.kind}")
             if not FLAGS.retry_failed and any(s.state == "failed" for s in statuses.values()):
                 print("failed jobs are left alone; --retry_failed runs them again")
-            warning = other_code_warning(other_code_runs(specs, statuses, paths.logdir))
+            warning = other_code_warning(specs, statuses, paths.logdir)
             if warning:
                 print(warning, file=sys.stderr)
             if todo and options.kind == "local" and not options.max_parallel:

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from launch.rundir.code import CODE, UNKNOWN, code_version, other_code
+from launch.rundir.code import CODE, UNKNOWN, code_version, other_code, recorded_code
 from launch.rundir.record import versions
 
 
@@ -59,3 +59,9 @@ def test_only_two_known_different_versions_are_other_code():
     assert not other_code(None, "0123456789ab")  # recorded before runs kept their code
     assert not other_code(UNKNOWN, "0123456789ab")
     assert not other_code("0123456789ab", UNKNOWN)
+
+
+def test_the_recorded_code_is_read_from_versions_or_is_none():
+    assert recorded_code({"versions": {"jax": "0.10.2", "code": "0123456789ab"}}) == "0123456789ab"
+    assert recorded_code({"versions": {"jax": "0.10.2"}}) is None
+    assert recorded_code({"versions": "damaged"}) is None and recorded_code([]) is None

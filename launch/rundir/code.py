@@ -36,6 +36,14 @@ def code_version(root: str = ROOT, exclude: Sequence[str] = ()) -> str:
 CODE = code_version()  # as the process's code read when it started: a checkout may move on
 
 
+def recorded_code(config: object) -> str | None:
+    """The code a run's config.json records (versions.code); None where it records none (a
+    run from before runs recorded it)."""
+    versions = config.get("versions") if isinstance(config, dict) else None
+    code = versions.get("code") if isinstance(versions, dict) else None
+    return code if isinstance(code, str) else None
+
+
 def other_code(recorded: object, now: str = CODE) -> bool:
     """Whether a run recorded with code version `recorded` (config.json's versions.code; None
     for a run recorded before it was kept) is known to have run other code than `now`: False

@@ -22,7 +22,7 @@ from envs import make_env
 from launch import ctrl_c
 from launch.config import AGENT_DEFAULTS
 from launch.memory import buffer_nbytes, env_nbytes, host_memory_bytes, sized
-from launch.rundir.code import CODE, other_code
+from launch.rundir.code import CODE, other_code, recorded_code
 from launch.rundir.files import is_finished
 from launch.rundir.lock import EXIT_IN_USE
 from launch.rundir.record import WATCH_SETTINGS, with_added_settings, with_resolved_settings
@@ -452,28 +452,20 @@ def run_dir_conflict(spec: JobSpec, status: Status, logdir: str, launching: bool
     return f"{run} with other settings ({'; '.join(differ[:3])})"
 
 
-def other_code_runs(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
-                    logdir: str) -> dict[str, str]:
-    """{run directory: the code it recorded} of the grid's finished runs that are known to have
-    run other code than this checkout (launch/rundir/code.py): a sweep counts them as done."""
-    out = {}
+def other_code_warning(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
+                       logdir: str) -> str | None:
+    """One warning line naming the grid's finished runs known to have run other code than this
+    checkout (launch/rundir/code.py), which a sweep counts as done; None when there are none."""
+    runs = {}
     for spec in specs:
         if statuses[spec.key].state != "done":
             continue
-        path = os.path.join(spec.run_dir(logdir), "config.json")
         try:
-            config = read_json(path)
+            code = recorded_code(read_json(os.path.join(spec.run_dir(logdir), "config.json")))
         except SweepError:  # check_run_dirs names it
             continue
-        versions = config.get("versions") if isinstance(config, dict) else None
-        code = versions.get("code") if isinstance(versions, dict) else None
         if other_code(code):
-            out[spec.run_dir(logdir)] = code
-    return out
-
-
-def other_code_warning(runs: Mapping[str, str]) -> str | None:
-    """The one-line warning about `other_code_runs`' runs, None when there are none."""
+            runs[spec.run_dir(logdir)] = code
     if not runs:
         return None
     run_dir, code = next(iter(runs.items()))
