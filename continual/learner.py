@@ -20,6 +20,7 @@ from flax.training.train_state import TrainState
 from agents.common import after_step, penalized, train_state, with_penalty
 from networks.classifiers import Classifier, ConvClassifier
 from networks.common import RELU_GAIN
+from networks.inits import DEFAULT_INIT, INITS
 
 NETWORKS = ("mlp", "conv")
 OPTIMIZERS = ("adam", "sgd", "muon")
@@ -46,8 +47,10 @@ class LearnerConfig:
     channels: tuple[int, ...] = ()  # conv blocks' widths (network "conv")
     layer_norm: bool = True
     init_scale: float = RELU_GAIN
+    init: str = DEFAULT_INIT  # the kernels' and biases' scheme (networks/inits.py)
     optimizer: str = "adam"
     learning_rate: float = DEFAULT_LEARNING_RATE
+    weight_decay: float = 0.0  # decoupled: AdamW with adam
 
     def __post_init__(self):
         if self.network not in NETWORKS:
@@ -62,6 +65,11 @@ class LearnerConfig:
         if not (self.learning_rate > 0 and self.learning_rate < float("inf")):
             raise ValueError(f"learning_rate must be a finite number > 0, got "
                              f"{self.learning_rate}")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if not (0 <= self.weight_decay < float("inf")):
+            raise ValueError(f"weight_decay must be a finite number >= 0, got "
+                             f"{self.weight_decay}")
 
     @property
     def batch_norm(self) -> bool:
@@ -78,18 +86,24 @@ class ClassifierState:
 def network(config: LearnerConfig):
     if config.network == "conv":
         return ConvClassifier(config.channels, config.hidden_dims, config.num_classes,
-                              config.layer_norm, config.init_scale)
+                              config.layer_norm, config.init_scale, config.init)
     return Classifier(config.hidden_dims, config.num_classes, config.layer_norm,
-                      config.init_scale)
+                      config.init_scale, config.init)
 
 
 def optimizer(config: LearnerConfig) -> optax.GradientTransformation:
-    """Adam, plain SGD, or optax's Muon (Adam for what is not a 2-D matrix)."""
+    """Adam, plain SGD, or optax's Muon (Adam for what is not a 2-D matrix). A weight decay
+    is decoupled, on every parameter, as lr * weight_decay * theta per step: AdamW
+    (`optax.adamw`, as PyTorch's AdamW), SGD's decayed weights, Muon's own."""
+    lr, decay = config.learning_rate, config.weight_decay
     if config.optimizer == "sgd":
-        return optax.sgd(config.learning_rate)
+        sgd = optax.sgd(lr)
+        return optax.chain(optax.add_decayed_weights(decay), sgd) if decay else sgd
     if config.optimizer == "muon":
-        return optax.contrib.muon(config.learning_rate)
-    return optax.adam(config.learning_rate)
+        if decay:
+            return optax.contrib.muon(lr, weight_decay=decay, adam_weight_decay=decay)
+        return optax.contrib.muon(lr)
+    return optax.adamw(lr, weight_decay=decay) if decay else optax.adam(lr)
 
 
 def init(key: jax.Array, config: LearnerConfig) -> ClassifierState:

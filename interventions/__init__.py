@@ -35,7 +35,15 @@ from interventions.parts import (
     replace_parts,
     set_part,
 )
-from interventions.plan import NO_HOOKS, Bound, Hooks, Plan, check_parts, make_plan
+from interventions.plan import (
+    EVENT_OPT_STATES,
+    NO_HOOKS,
+    Bound,
+    Hooks,
+    Plan,
+    check_parts,
+    make_plan,
+)
 from interventions.registry import (
     EventContext,
     Method,
@@ -60,6 +68,7 @@ from interventions.singular_clip import singular_clip, svd_clip_matrices
 import interventions.catalog  # noqa: F401,E402 (registers the built-in methods)
 
 __all__ = [
+    "EVENT_OPT_STATES",
     "NO_HOOKS",
     "Bound",
     "EventContext",

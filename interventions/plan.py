@@ -22,11 +22,15 @@ import jax
 import jax.numpy as jnp
 
 from interventions.matrices import is_weight_matrix
-from interventions.parts import check_paths, get_part, part_paths, set_part
+from interventions.parts import check_paths, get_part, optimizer_owners, part_paths, set_part
 from interventions.registry import EventContext, Method, parse
 
 PyTree = Any
 PLASTICITY = "plasticity"  # the learner state's field that holds per-step methods' state
+# What an event does to the optimizer state of each network it acts on: what the method itself
+# does ("method": clip keeps it, a reset starts it anew, ReDo zeroes the moments it recycles),
+# keep it as it was before the event, or reset it to its initial value (`tx.init`).
+EVENT_OPT_STATES = ("method", "keep", "reset")
 
 
 class Hooks(NamedTuple):
@@ -52,10 +56,21 @@ class Plan(NamedTuple):
     bound: tuple[Bound, ...]
     hooks: Hooks
     event: Bound | None
+    event_opt_state: str = "method"  # one of EVENT_OPT_STATES
 
     def apply_event(self, state: PyTree, ctx: EventContext) -> PyTree:
-        """The event on one seed's state (`jax.vmap` it over seeds)."""
-        return self.event.method.apply(state, self.event.parts, self.event.config, ctx)
+        """The event on one seed's state (`jax.vmap` it over seeds), then, unless
+        `event_opt_state` is "method", the optimizer state of each network it acts on (the
+        owners of its parts) as it was before the event ("keep") or initial ("reset")."""
+        new = self.event.method.apply(state, self.event.parts, self.event.config, ctx)
+        if self.event_opt_state == "method":
+            return new
+        for owner in optimizer_owners(new, self.event.parts):
+            train_state = get_part(new, owner)
+            opt_state = (get_part(state, owner).opt_state if self.event_opt_state == "keep"
+                         else train_state.tx.init(train_state.params))
+            new = set_part(new, owner, train_state.replace(opt_state=opt_state))
+        return new
 
 
 def resolve_parts(method: Method, config: Any, learner: Any) -> tuple[str, ...]:
@@ -161,9 +176,14 @@ def _check_trained(method: Method, parts: Sequence[str], trained: tuple[str, ...
                              f"{', '.join(trained)}")
 
 
-def make_plan(spec: str, settings: Mapping[str, Any], learner: Any) -> Plan:
+def make_plan(spec: str, settings: Mapping[str, Any], learner: Any,
+              event_opt_state: str = "method") -> Plan:
     """Resolve an --intervention value against a learner; ValueError (one line, naming the
-    flag) for a setting that cannot work. The parts are checked by `check_parts`."""
+    flag) for a setting that cannot work. The parts are checked by `check_parts`.
+    `event_opt_state` (EVENT_OPT_STATES) says what the event does to the optimizer state."""
+    if event_opt_state not in EVENT_OPT_STATES:
+        raise ValueError(f"--event_opt_state={event_opt_state!r} is not accepted; use one of: "
+                         f"{', '.join(EVENT_OPT_STATES)}")
     bound = []
     for method in parse(spec):
         config = method.make_config(settings)
@@ -173,4 +193,4 @@ def make_plan(spec: str, settings: Mapping[str, Any], learner: Any) -> Plan:
         bound.append(Bound(method, config, parts))
     per_step = [b for b in bound if b.method.kind != "event"]
     event = next((b for b in bound if b.method.kind == "event"), None)
-    return Plan(tuple(bound), _hooks(per_step), event)
+    return Plan(tuple(bound), _hooks(per_step), event, event_opt_state)

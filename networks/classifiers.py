@@ -11,13 +11,15 @@ dormant-unit scores of conv layers average), named as `interventions.units` read
 features (its Conv layers first).
 """
 
+import functools
 from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from networks.common import MLP, RELU_GAIN, default_init
+from networks.common import MLP, RELU_GAIN
+from networks.inits import DEFAULT_INIT, layer_init
 from networks.layers import Dense
 
 BATCH_NORM_MOMENTUM = 0.9  # flax's nn.BatchNorm default is 0.99; 0.9 is PyTorch's 0.1
@@ -31,12 +33,26 @@ class Classifier(nn.Module):
     num_classes: int
     layer_norm: bool = True
     init_scale: float = RELU_GAIN
+    init_scheme: str = DEFAULT_INIT  # networks/inits.py: the kernels' and biases' scheme
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = True) -> jax.Array:
-        x = MLP(self.hidden_dims, self.layer_norm, self.init_scale, name="MLP_0")(x)
-        return Dense(self.num_classes, kernel_init=default_init(self.init_scale),
-                     name="Dense_0")(x)
+        return _mlp_head(self, x)
+
+
+def _layer_init(module: nn.Module):
+    """fan_in -> (kernel_init, bias_init) of the module's scheme."""
+    return functools.partial(layer_init, module.init_scheme, scale=module.init_scale)
+
+
+def _mlp_head(module: nn.Module, x: jax.Array) -> jax.Array:
+    """The MLP (MLP_0) and the Dense head (Dense_0) of either classifier."""
+    inits = _layer_init(module)
+    x = MLP(module.hidden_dims, module.layer_norm, module.init_scale, layer_init=inits,
+            name="MLP_0")(x)
+    kernel_init, bias_init = inits(x.shape[-1])
+    return Dense(module.num_classes, kernel_init=kernel_init, bias_init=bias_init,
+                 name="Dense_0")(x)
 
 
 class ConvClassifier(nn.Module):
@@ -48,18 +64,18 @@ class ConvClassifier(nn.Module):
     num_classes: int
     layer_norm: bool = True
     init_scale: float = RELU_GAIN
+    init_scheme: str = DEFAULT_INIT
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = True) -> jax.Array:
         for i, width in enumerate(self.channels):
-            x = nn.Conv(width, (3, 3), padding="SAME", kernel_init=default_init(self.init_scale),
-                        name=f"Conv_{i}")(x)
+            kernel_init, bias_init = _layer_init(self)(9 * x.shape[-1])  # 3 x 3 taps
+            x = nn.Conv(width, (3, 3), padding="SAME", kernel_init=kernel_init,
+                        bias_init=bias_init, name=f"Conv_{i}")(x)
             x = nn.BatchNorm(use_running_average=not train, momentum=BATCH_NORM_MOMENTUM,
                              epsilon=BATCH_NORM_EPSILON, name=f"BatchNorm_{i}")(x)
             x = nn.relu(x)
             self.sow("intermediates", f"hidden_{i}", jnp.mean(x, axis=(-3, -2)))
             x = nn.max_pool(x, (2, 2), strides=(2, 2))
         x = x.reshape(*x.shape[:-3], -1)
-        x = MLP(self.hidden_dims, self.layer_norm, self.init_scale, name="MLP_0")(x)
-        return Dense(self.num_classes, kernel_init=default_init(self.init_scale),
-                     name="Dense_0")(x)
+        return _mlp_head(self, x)

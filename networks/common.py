@@ -1,7 +1,7 @@
 """Building blocks: orthogonal initialisation and the LayerNorm MLP."""
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -97,12 +97,20 @@ class MLP(nn.Module):
     layer_norm: bool = True
     init_scale: float = RELU_GAIN
     flax_layers: bool = False  # flax.linen's Dense and LayerNorm (networks.layers.dense_cls)
+    # fan_in -> (kernel_init, bias_init) of each Dense (networks/inits.py); None: orthogonal
+    # kernels with scale init_scale, zero biases
+    layer_init: Callable | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         dense, norm = dense_cls(self.flax_layers), layer_norm_cls(self.flax_layers)
         for i, width in enumerate(self.hidden_dims):
-            x = dense(width, kernel_init=default_init(self.init_scale), name=f"Dense_{i}")(x)
+            if self.layer_init is None:
+                inits = {"kernel_init": default_init(self.init_scale)}
+            else:
+                kernel_init, bias_init = self.layer_init(x.shape[-1])
+                inits = {"kernel_init": kernel_init, "bias_init": bias_init}
+            x = dense(width, **inits, name=f"Dense_{i}")(x)
             if self.layer_norm:
                 x = norm(name=f"LayerNorm_{i}")(x)
             x = nn.relu(x)
