@@ -6,14 +6,20 @@ A method's scores are (seeds, tasks): each run directory's tasks.csv, its seeds 
 band of a task resamples that task's seeds (stratified bootstrap, analysis/bootstrap.py); the
 table's means resample whole runs (a seed's mean over the tasks is one observation), so their
 intervals count each seed once.
+
+With --settings the same comparison is made within each combination of config.json settings
+(`combinations`; a run counts in every value of a setting it does not read, grouping.inert), and
+`sensitivity_row` and `factors` say how the reference ranks across them.
 """
 
 from __future__ import annotations
 
 import collections
 import csv
+import itertools
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -21,8 +27,8 @@ from typing import NamedTuple
 import numpy as np
 
 from analysis.bootstrap import generator, percentile_interval, stratified_bootstrap
-from analysis.errors import AggregationError
-from analysis.grouping import code_of, config_value
+from analysis.errors import AggregationError, AggregationWarning
+from analysis.grouping import code_of, config_value, inert, result_settings
 from analysis.metrics import probability_of_improvement
 
 METRICS = ("online_accuracy", "final_accuracy", "loss")
@@ -69,53 +75,156 @@ def find_runs(roots: Sequence[str]) -> list[str]:
 
 def label_of(config: dict, group_by: Sequence[str], source: str = "config.json") -> str:
     """The method's name: its --intervention, "(no LayerNorm)" without LayerNorm, then the
-    `group_by` settings as key=value (dotted keys reach into nested ones: versions.code);
-    AggregationError naming `source` for a key the run does not record."""
+    `group_by` settings the run reads as key=value (dotted keys reach into nested ones:
+    versions.code; a key inert for the run, grouping.inert, is left out: "none", not
+    "none [clip_c=2]"); AggregationError naming `source` for a key the run does not record."""
     label = config.get("intervention", "?")
     if config.get("layer_norm") is False:
         label += " (no LayerNorm)"
-    extra = [f"{key}={config_value(config, key, source)}" for key in group_by]
+    extra = [f"{key}={config_value(config, key, source)}" for key in group_by
+             if not inert(config, key)]
     return label + (f" [{', '.join(extra)}]" if extra else "")
 
 
-def read_run(folder: str, metric: str) -> tuple[dict, np.ndarray]:
-    """(config.json, scores (seeds, tasks done by every seed)) of one run directory."""
-    with open(os.path.join(folder, "config.json")) as f:
-        config = json.load(f)
-    with open(os.path.join(folder, "tasks.csv"), newline="") as f:
-        rows = list(csv.DictReader(f))
-    seeds = sorted({int(r["seed"]) for r in rows})
-    tasks = sorted({int(r["task"]) for r in rows})
+class RunScores(NamedTuple):
+    folder: str  # the run directory
+    config: dict  # its config.json
+    seeds: tuple[int, ...]  # the seeds of tasks.csv, the rows of scores
+    scores: np.ndarray  # (seeds, tasks done by every seed)
+
+
+def _read_config(path: str) -> dict:
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except json.JSONDecodeError as e:
+        raise AggregationError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column "
+                               f"{e.colno})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise AggregationError(f"{path} cannot be read ({e})") from None
+    if not isinstance(config, dict):
+        raise AggregationError(f"{path} holds a JSON {type(config).__name__}, not an object of "
+                               "settings")
+    return config
+
+
+def _read_tasks(path: str, metric: str) -> list[tuple[int, int, float]]:
+    """(seed, task, score) of each row of a tasks.csv."""
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in ("task", "seed", metric) if c not in (reader.fieldnames or [])]
+            if missing:
+                raise AggregationError(f"{path} has no column {', '.join(missing)} (its header: "
+                                       f"{','.join(reader.fieldnames or []) or 'none'})")
+            rows = []
+            for line, r in enumerate(reader, start=2):
+                try:
+                    rows.append((int(r["seed"]), int(r["task"]), float(r[metric])))
+                except (TypeError, ValueError):
+                    shown = {k: r.get(k) for k in ("task", "seed", metric)}
+                    raise AggregationError(f"{path} line {line}: task, seed and {metric} must be "
+                                           f"numbers, got {shown}") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise AggregationError(f"{path} cannot be read ({e})") from None
+    return rows
+
+
+def read_run(folder: str, metric: str) -> RunScores:
+    """config.json and the scores (seeds, tasks done by every seed) of one run directory;
+    AggregationError naming the file for a damaged config.json or tasks.csv."""
+    config = _read_config(os.path.join(folder, "config.json"))
+    rows = _read_tasks(os.path.join(folder, "tasks.csv"), metric)
+    seeds = sorted({seed for seed, _, _ in rows})
+    tasks = sorted({task for _, task, _ in rows})
     scores = np.full((len(seeds), len(tasks)), np.nan)
-    for r in rows:
-        scores[seeds.index(int(r["seed"])), tasks.index(int(r["task"]))] = float(r[metric])
+    for seed, task, value in rows:
+        scores[seeds.index(seed), tasks.index(task)] = value
     complete = ~np.isnan(scores).any(axis=0)
     done = len(tasks) if complete.all() else int(np.argmin(complete))
-    return config, scores[:, :done]
+    return RunScores(folder, config, tuple(seeds), scores[:, :done])
+
+
+def read_runs(roots: Sequence[str], metric: str = "online_accuracy") -> list[RunScores]:
+    """Every run under `roots` (one benchmark only; AggregationError otherwise)."""
+    runs = [read_run(folder, metric) for folder in find_runs(roots)]
+    benchmarks = {str(r.config.get("task")) for r in runs}
+    if len(benchmarks) > 1:
+        raise AggregationError("--runs hold runs of several benchmarks ("
+                               f"{', '.join(sorted(benchmarks))}); aggregate one at a time")
+    empty = [r.folder for r in runs if r.scores.shape[1] == 0]
+    if empty:
+        raise AggregationError(f"a run under --runs has no finished task: {empty[0]}"
+                               + (f" and {len(empty) - 1} more" if len(empty) > 1 else ""))
+    return runs
+
+
+LISTED_RUNS = 5
+
+
+def cut_to_shortest(runs: Sequence[RunScores],
+                    require_equal_length: bool = False) -> list[RunScores]:
+    """Every run cut to the tasks all of them finished. Runs of unequal length are an
+    AggregationWarning naming the runs cut and to how many tasks, or an AggregationError with
+    `require_equal_length`."""
+    tasks = min(r.scores.shape[1] for r in runs)
+    cut = [r for r in runs if r.scores.shape[1] > tasks]
+    if cut:
+        shortest = next(r.folder for r in runs if r.scores.shape[1] == tasks)
+        names = ", ".join(f"{r.folder} ({r.scores.shape[1]})" for r in cut[:LISTED_RUNS])
+        more = len(cut) - LISTED_RUNS
+        message = (f"runs of unequal length: {len(cut)} run(s) cut to the {tasks} task(s) of the "
+                   f"shortest ({shortest}): {names}" + (f" and {more} more" if more > 0 else ""))
+        if require_equal_length:
+            raise AggregationError(f"{message}; --require_equal_length is set")
+        warnings.warn(f"{message}; --require_equal_length makes this an error",
+                      AggregationWarning, stacklevel=2)
+    return [r._replace(scores=r.scores[:, :tasks]) for r in runs]
+
+
+def _check_seeds(label: str, runs: Sequence[RunScores]) -> None:
+    """AggregationError for a seed in two run directories of one method: they would be pooled
+    as two independent seeds."""
+    where: dict[int, RunScores] = {}
+    for run in runs:
+        for seed in run.seeds:
+            if seed in where:
+                first = where[seed]
+                ours, theirs = (result_settings(c) for c in (first.config, run.config))
+                differ = sorted(k for k in {*ours, *theirs} if ours.get(k) != theirs.get(k))
+                hint = (f"they differ in {', '.join(differ[:3])}: split them with --settings or "
+                        f"--group_by={differ[0]}" if differ else
+                        "their settings are the same: keep one of them")
+                raise AggregationError(f"{label}: seed {seed} is in two run directories, "
+                                       f"{first.folder} and {run.folder}, which would count as "
+                                       f"two independent seeds; {hint}")
+            where[seed] = run
+
+
+def group_methods(runs: Sequence[RunScores], group_by: Sequence[str] = ()) -> list[Method]:
+    """Runs grouped into methods by label_of, the seeds of runs of one method stacked (all runs
+    of the same length); AggregationError for a seed in two runs of one method."""
+    grouped: dict[str, list[RunScores]] = {}
+    for run in runs:
+        label = label_of(run.config, group_by, os.path.join(run.folder, "config.json"))
+        grouped.setdefault(label, []).append(run)
+    methods = []
+    for label, members in grouped.items():
+        _check_seeds(label, members)
+        methods.append(Method(label, str(members[0].config.get("task")),
+                              np.concatenate([r.scores for r in members]),
+                              tuple(r.folder for r in members),
+                              tuple(code_of(r.config) for r in members)))
+    return methods
 
 
 def load_methods(roots: Sequence[str], metric: str = "online_accuracy",
-                 group_by: Sequence[str] = ()) -> list[Method]:
+                 group_by: Sequence[str] = (), require_equal_length: bool = False
+                 ) -> list[Method]:
     """The runs under `roots` grouped into methods (one benchmark only), seeds of runs of the
-    same method stacked; every method cut to the tasks all of them finished."""
-    grouped: dict[str, list] = {}
-    benchmarks = set()
-    for folder in find_runs(roots):
-        config, scores = read_run(folder, metric)
-        benchmarks.add(config.get("task"))
-        label = label_of(config, group_by, os.path.join(folder, "config.json"))
-        grouped.setdefault(label, []).append((folder, scores, code_of(config)))
-    if len(benchmarks) > 1:
-        raise AggregationError("--runs hold runs of several benchmarks ("
-                               f"{', '.join(sorted(map(str, benchmarks)))}); aggregate one at "
-                               "a time")
-    benchmark = benchmarks.pop()
-    tasks = min(s.shape[1] for runs in grouped.values() for _, s, _ in runs)
-    if tasks == 0:
-        raise AggregationError("a run under --runs has no finished task")
-    return [Method(label, benchmark, np.concatenate([s[:, :tasks] for _, s, _ in runs]),
-                   tuple(f for f, _, _ in runs), tuple(c for _, _, c in runs))
-            for label, runs in grouped.items()]
+    same method stacked; every method cut to the tasks all of them finished (cut_to_shortest)."""
+    return group_methods(cut_to_shortest(read_runs(roots, metric), require_equal_length),
+                         group_by)
 
 
 def code_versions(methods: Sequence[Method]) -> dict[str, dict[str, int]]:
@@ -135,14 +244,16 @@ def _run_means(scores: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
 
 def summarize(methods: Sequence[Method], reference: str = "clip", last: int = 10,
               reps: int = 10_000, curve_reps: int = 2_000, confidence: float = 0.95,
-              seed: int = 0) -> Summary:
-    """Curves, table and probability of improvement of `reference` (a label) over the others."""
-    curves, table, improvement = {}, [], []
+              seed: int = 0, curves: bool = True) -> Summary:
+    """Curves (none with `curves` false), table and probability of improvement of `reference`
+    (a label) over the others."""
+    bands, table, improvement = {}, [], []
     for m in methods:
-        dist = stratified_bootstrap([m.scores], lambda x: x.mean(axis=-2), curve_reps,
-                                    generator(seed, "curve", m.label))
-        lower, upper = percentile_interval(dist, confidence)
-        curves[m.label] = np.stack([m.scores.mean(axis=0), lower, upper])
+        if curves:
+            dist = stratified_bootstrap([m.scores], lambda x: x.mean(axis=-2), curve_reps,
+                                        generator(seed, "curve", m.label))
+            lower, upper = percentile_interval(dist, confidence)
+            bands[m.label] = np.stack([m.scores.mean(axis=0), lower, upper])
         row = {"method": m.label, "seeds": m.scores.shape[0], "tasks": m.scores.shape[1]}
         for name, values in zip(("all", f"last{last}"), _run_means(m.scores, last),
                                 strict=True):
@@ -165,7 +276,7 @@ def summarize(methods: Sequence[Method], reference: str = "clip", last: int = 10
             improvement.append({"method": reference, "over": m.label,
                                 "probability": float(probability_of_improvement(x, y)),
                                 "lower": float(lo), "upper": float(hi)})
-    return Summary(curves, table, improvement)
+    return Summary(bands, table, improvement)
 
 
 def markdown(summary: Summary, metric: str, last: int, confidence: float) -> str:
@@ -181,4 +292,173 @@ def markdown(summary: Summary, metric: str, last: int, confidence: float) -> str
                   "| --- | --- |"]
         lines += [f"| P({r['method']} > {r['over']}) | {r['probability']:.3f} "
                   f"[{r['lower']:.3f}, {r['upper']:.3f}] |" for r in summary.improvement]
+    return "\n".join(lines) + "\n"
+
+
+# --settings: the methods compared within each combination of config.json settings
+
+
+def setting_text(value: object) -> str:
+    """A setting's value as a combination names it: a string as is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _value_order(text: str) -> tuple:
+    try:
+        return 0, float(text), text
+    except ValueError:
+        return 1, 0.0, text
+
+
+class Combination(NamedTuple):
+    settings: dict[str, str]  # key -> value (setting_text)
+    runs: list[RunScores]  # the runs of every key's value, or inert in the key
+
+
+def combinations(runs: Sequence[RunScores], keys: Sequence[str]) -> list[Combination]:
+    """The product of the values of `keys` among the runs that read them (grouping.inert), each
+    with the runs that match it in every key they read: a run inert in a key belongs to every
+    value of it. AggregationError for a key no run reads, or one a run reads but does not
+    record."""
+    read = []  # per run: {key: value} of the keys it reads
+    for run in runs:
+        source = os.path.join(run.folder, "config.json")
+        read.append({k: setting_text(config_value(run.config, k, source, "--settings key"))
+                     for k in keys if not inert(run.config, k)})
+    values = {k: sorted({mine[k] for mine in read if k in mine}, key=_value_order) for k in keys}
+    unread = [k for k in keys if not values[k]]
+    if unread:
+        raise AggregationError(f"--settings: no run reads {unread[0]} (it is a setting of a "
+                               "method, or of events, that none of the runs makes)")
+    out = []
+    for combo in itertools.product(*values.values()):
+        settings = dict(zip(keys, combo, strict=True))
+        out.append(Combination(settings, [
+            run for run, mine in zip(runs, read, strict=True)
+            if all(settings[k] == v for k, v in mine.items())]))
+    return out
+
+
+def combination_name(settings: dict[str, str]) -> str:
+    """'k1=v1,k2=v2': the combination's folder under <out>/settings/ ('/' in a value as '_')."""
+    return ",".join(f"{k}={v}" for k, v in settings.items()).replace("/", "_").replace(
+        os.sep, "_")
+
+
+def sensitivity_row(settings: dict[str, str], summary: Summary, reference: str) -> dict:
+    """One combination's standing of `reference`: its rank among the methods by mean over all
+    tasks (1 = best; one plus the methods with a higher mean), its mean, the best method, every
+    method's mean, and P(reference > X) with intervals (None where the reference is absent)."""
+    means = {r["method"]: r["all_mean"] for r in summary.table}
+    best = max(means, key=lambda m: means[m])
+    improvement = [{k: r[k] for k in ("over", "probability", "lower", "upper")}
+                   for r in summary.improvement]
+    present = reference in means
+    return {
+        "settings": dict(settings), "methods": len(means),
+        "rank": 1 + sum(v > means[reference] for v in means.values()) if present else None,
+        "reference_mean": means[reference] if present else None,
+        "best": best, "best_mean": means[best],
+        "mean_probability": (float(np.mean([r["probability"] for r in improvement]))
+                             if improvement else None),
+        "means": means, "improvement": improvement}
+
+
+def _standing(row: dict, reference: str, others: Sequence[str]) -> tuple[int, float]:
+    """The reference's rank and mean P(reference > X) among `others` and itself."""
+    means = row["means"]
+    probability = {r["over"]: r["probability"] for r in row["improvement"]}
+    rank = 1 + sum(means[m] > means[reference] for m in others)
+    return rank, float(np.mean([probability[m] for m in others]))
+
+
+def factors(rows: Sequence[dict], keys: Sequence[str], reference: str) -> list[dict]:
+    """Per key, which factor moves the ranking: over the pairs of combinations (sensitivity
+    rows) that differ in this key alone and both hold the reference and another method, the
+    number of pairs, how many change the reference's rank, and the mean absolute change of its
+    rank and of its mean P(reference > X); both taken over the methods the two have in common."""
+    out = []
+    for key in keys:
+        changes = []
+        for a, b in itertools.combinations(rows, 2):
+            sa, sb = a["settings"], b["settings"]
+            if sa[key] == sb[key] or any(sa[k] != sb[k] for k in keys if k != key):
+                continue
+            if reference not in a["means"] or reference not in b["means"]:
+                continue
+            others = sorted((set(a["means"]) & set(b["means"])) - {reference})
+            if not others:
+                continue
+            (ra, pa), (rb, pb) = (_standing(row, reference, others) for row in (a, b))
+            changes.append((ra != rb, abs(ra - rb), abs(pa - pb)))
+        n = len(changes)
+        out.append({"setting": key, "pairs": n, "rank_changed": sum(c[0] for c in changes),
+                    "mean_abs_rank_change": float(np.mean([c[1] for c in changes])) if n else None,
+                    "mean_abs_probability_change": (float(np.mean([c[2] for c in changes]))
+                                                    if n else None)})
+    return out
+
+
+def _others(rows: Sequence[dict], reference: str) -> list[str]:
+    """Every method but the reference, in the order they first appear."""
+    return list(dict.fromkeys(m for row in rows for m in row["means"] if m != reference))
+
+
+def sensitivity_table(rows: Sequence[dict], keys: Sequence[str], reference: str) -> list[dict]:
+    """sensitivity.csv: one row per combination; P columns of a method it lacks left empty."""
+    table = []
+    for row in rows:
+        line = {**row["settings"]}
+        line.update({k: "" if row[k] is None else row[k] for k in (
+            "methods", "rank", "reference_mean", "best", "best_mean", "mean_probability")})
+        probability = {r["over"]: r for r in row["improvement"]}
+        for m in _others(rows, reference):
+            r = probability.get(m)
+            name = f"P({reference} > {m})"
+            line.update({name: r["probability"] if r else "",
+                         f"{name} lower": r["lower"] if r else "",
+                         f"{name} upper": r["upper"] if r else ""})
+        table.append(line)
+    return table
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def sensitivity_markdown(rows: Sequence[dict], factor_rows: Sequence[dict], keys: Sequence[str],
+                         reference: str, metric: str, confidence: float,
+                         empty: Sequence[dict] = ()) -> str:
+    """sensitivity.md: the reference's standing per combination, then which factor moves it."""
+    pct = f"{100 * confidence:g} %"
+    others = _others(rows, reference)
+    lines = [f"{reference} per combination of {', '.join(keys)}: its rank among the methods by "
+             f"mean {metric} over all tasks (1 = best, of the methods present), its mean, the "
+             f"best method, and P({reference} > X) on the runs' means over all tasks ({pct} CI) "
+             "with its mean over the methods present.",
+             "", "| " + " | ".join([*keys, f"{reference} rank", f"{reference} mean",
+                                    "best (mean)", f"mean P({reference} > X)",
+                                    *(f"P({reference} > {m})" for m in others)])
+             + " |", "| " + " | ".join(["---"] * (len(keys) + 4 + len(others))) + " |"]
+    for row in rows:
+        probability = {r["over"]: r for r in row["improvement"]}
+        rank = "—" if row["rank"] is None else f"{row['rank']} of {row['methods']}"
+        cells = [*row["settings"].values(), rank, _number(row["reference_mean"]),
+                 f"{row['best']} ({row['best_mean']:.3f})", _number(row["mean_probability"])]
+        cells += [f"{p['probability']:.3f} [{p['lower']:.3f}, {p['upper']:.3f}]"
+                  if (p := probability.get(m)) else "—" for m in others]
+        lines.append("| " + " | ".join(cells) + " |")
+    if empty:
+        lines += ["", "No runs: " + "; ".join(combination_name(e) for e in empty) + "."]
+    lines += ["", f"Which setting moves the ranking: over the pairs of combinations that differ "
+              f"in that setting alone, how often {reference}'s rank changes, and the mean "
+              f"absolute change of its rank and of its mean P({reference} > X) (both over the "
+              "methods the two combinations have in common).", "",
+              f"| setting | pairs | {reference}'s rank changed | mean abs. rank change | "
+              f"mean abs. change of mean P({reference} > X) |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    for f in factor_rows:
+        lines.append(f"| {f['setting']} | {f['pairs']} | {f['rank_changed']} of {f['pairs']} | "
+                     f"{_number(f['mean_abs_rank_change'], 2)} | "
+                     f"{_number(f['mean_abs_probability_change'])} |")
     return "\n".join(lines) + "\n"

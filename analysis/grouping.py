@@ -13,19 +13,41 @@ from launch.rundir.code import recorded_code
 from launch.rundir.record import WATCH_SETTINGS, flat_settings
 
 POOLING_KEYS = ("agent", "intervention", "utd")
+# Settings of a run's scheduled event, read by runs whose --intervention holds an event only.
+EVENT_SETTINGS = ("intervention_every", "event_opt_state")
 
 
-def config_value(config: dict, key: str, source: str) -> object:
-    """config[key] where key may be a dotted path into nested objects ('agent_config.width')."""
+def config_value(config: dict, key: str, source: str, what: str = "group key") -> object:
+    """config[key] where key may be a dotted path into nested objects ('agent_config.width');
+    AggregationError naming the `what` (the flag's word for it) and `source` for a key the run
+    does not record."""
     node: object = config
     for i, part in enumerate(key.split(".")):
         if not isinstance(node, dict) or part not in node:
             where = ".".join(key.split(".")[:i]) or "top level"
             known = sorted(node) if isinstance(node, dict) else []
-            raise AggregationError(f"unknown group key '{key}' in {source}: no '{part}' at "
+            raise AggregationError(f"unknown {what} '{key}' in {source}: no '{part}' at "
                                    f"{where}; keys there: {', '.join(known) or 'none'}")
         node = node[part]
     return node
+
+
+def inert(config: dict, key: str) -> bool:
+    """Whether the run does not read setting `key` (a config.json key), so that its value
+    there is no part of what the run is: a method's setting (registry.owner) in a run whose
+    --intervention leaves that method out, or one of EVENT_SETTINGS in a run without an event
+    method. Every other key, and every key of a run whose --intervention names a method this
+    installation does not know, counts."""
+    method = registry.owner(key)
+    if method is None and key not in EVENT_SETTINGS:
+        return False
+    spec = str(config.get("intervention", registry.NONE))
+    try:
+        if method is not None:
+            return method.name not in {m.name for m in registry.parse(spec)}
+        return registry.event_of(spec) is None
+    except ValueError:
+        return False
 
 
 def code_of(config: dict) -> str:

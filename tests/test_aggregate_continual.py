@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from analysis.continual import load_methods, summarize
-from analysis.errors import AggregationError
+from analysis.continual import load_methods, read_runs, summarize
+from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import detect_layout
 from launch.anisotropic_init import anisotropic
 from launch.sweep_lib.grid import SweepError, make_grid
@@ -50,7 +50,8 @@ def test_table_curve_and_improvement_match_direct_computation(tmp_path):
     fake_run(tmp_path, "random_label_digits", "none", [0, 1, 2], none_a)
     fake_run(tmp_path, "random_label_digits", "none", [3, 4, 5], none_b)  # two jobs' seeds
     fake_run(tmp_path, "random_label_digits", "none", [0, 1], clip[:2], layer_norm=False)
-    methods = {m.label: m for m in load_methods([str(tmp_path)])}
+    with pytest.warns(AggregationWarning, match=r"1 run\(s\) cut to the 12 task\(s\)"):
+        methods = {m.label: m for m in load_methods([str(tmp_path)])}
     assert set(methods) == {"clip", "none", "none (no LayerNorm)"}
     none = np.concatenate([none_a, none_b[:, :12]])  # cut to the tasks every method finished
     np.testing.assert_array_equal(methods["none"].scores, none)
@@ -134,6 +135,73 @@ def test_the_code_that_made_the_runs_is_reported_and_can_split_them(tmp_path):
     assert typo.returncode == 2
     assert typo.stderr.strip().splitlines()[-1].startswith(
         "error: unknown group key 'versions.cod' in ")
+
+
+def test_runs_of_unequal_length_are_cut_with_a_warning_or_refused(tmp_path):
+    rng = np.random.default_rng(3)
+    short = fake_run(tmp_path, "permuted_digits", "clip", [0, 1], rng.uniform(0, 1, (2, 5)))
+    long = fake_run(tmp_path, "permuted_digits", "none", [0, 1], rng.uniform(0, 1, (2, 8)))
+    fake_run(tmp_path, "permuted_digits", "reset", [0, 1], rng.uniform(0, 1, (2, 5)))
+    with pytest.warns(AggregationWarning) as caught:
+        methods = load_methods([str(tmp_path)])
+    assert [str(w.message) for w in caught] == [
+        f"runs of unequal length: 1 run(s) cut to the 5 task(s) of the shortest ({short}): "
+        f"{long} (8); --require_equal_length makes this an error"]
+    assert all(m.scores.shape == (2, 5) for m in methods)
+    with pytest.raises(AggregationError, match=r"cut to the 5 task\(s\).*--require_equal_length "
+                       "is set$"):
+        load_methods([str(tmp_path)], require_equal_length=True)
+    common = [f"--runs={tmp_path}", "--reps=50", "--curve_reps=20", "--plots=false"]
+    proc = run("aggregate_continual.py", *common, f"--out={tmp_path / 'out'}")
+    assert [line for line in proc.stderr.splitlines() if "warning" in line] == [
+        f"warning: {caught[0].message}"]
+    refused = run("aggregate_continual.py", *common, "--require_equal_length",
+                  f"--out={tmp_path / 'refused'}", check=False)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("error: runs of unequal length: 1 run(s) cut")
+    assert not (tmp_path / "refused").exists()
+
+
+def test_one_seed_in_two_run_dirs_of_a_method_is_refused(tmp_path):
+    rng = np.random.default_rng(4)
+    first = fake_run(tmp_path / "a", "permuted_digits", "clip", [0, 1], rng.uniform(0, 1, (2, 3)))
+    second = fake_run(tmp_path / "b", "permuted_digits", "clip", [1, 2], rng.uniform(0, 1, (2, 3)))
+    with pytest.raises(AggregationError) as e:
+        load_methods([str(tmp_path)])
+    assert str(e.value) == (f"clip: seed 1 is in two run directories, {first} and {second}, "
+                            "which would count as two independent seeds; their settings are the "
+                            "same: keep one of them")
+    for folder, rate in ((first, 0.001), (second, 0.01)):
+        config = json.loads(open(os.path.join(folder, "config.json")).read())
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump({**config, "learning_rate": rate}, f)
+    with pytest.raises(AggregationError, match="they differ in learning_rate: split them with "
+                       "--settings or --group_by=learning_rate$"):
+        load_methods([str(tmp_path)])
+    assert [m.scores.shape for m in load_methods([str(tmp_path)], group_by=["learning_rate"])] \
+        == [(2, 3), (2, 3)]
+
+
+def test_a_damaged_config_or_tasks_file_is_one_line_naming_it(tmp_path):
+    folder = fake_run(tmp_path, "permuted_digits", "clip", [0], np.full((1, 3), 0.5))
+    config, tasks = os.path.join(folder, "config.json"), os.path.join(folder, "tasks.csv")
+    with open(tasks, "a") as f:
+        f.write("3,0,abc,1.0,0.5\n")
+    with pytest.raises(AggregationError) as e:
+        read_runs([str(tmp_path)])
+    assert str(e.value) == (f"{tasks} line 5: task, seed and online_accuracy must be numbers, got "
+                            "{'task': '3', 'seed': '0', 'online_accuracy': 'abc'}")
+    with open(tasks, "w") as f:
+        f.write("task,seed,final_accuracy\n0,0,0.5\n")
+    with pytest.raises(AggregationError, match=f"^{tasks} has no column online_accuracy"):
+        read_runs([str(tmp_path)])
+    with open(config, "w") as f:
+        f.write('{"task": "permuted_digits", "intervention": ')  # cut off mid-write
+    proc = run("aggregate_continual.py", f"--runs={tmp_path}", f"--out={tmp_path / 'out'}",
+               check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"error: {config} is not valid JSON (Expecting value at line 1, "
+                           "column 45)\n")
 
 
 def test_anisotropic_matrix_has_d_unit_directions_at_the_original_norm():
