@@ -13,7 +13,7 @@ import pytest
 import scipy.stats
 from test_analysis_layouts import write_project_run
 
-from tests.helpers.runs import REFERENCE, needs_reference
+from tests.helpers.runs import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]
 SAC_UTD1 = (REFERENCE / "rl_with_resets_sac"
@@ -140,7 +140,6 @@ def test_an_aggregation_into_an_earlier_ones_out_leaves_none_of_its_figures(grou
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["notes.png"]
 
 
-@needs_reference
 def test_reference_sac_reproduces_501_and_missing_seeds_warn(tmp_path):
     result = aggregate(f"--runs={SAC_UTD1}", "--labels=SAC", "--reps=1000",
                        "--curve_reps=50", "--curve_points=20", f"--out={tmp_path}",
@@ -174,7 +173,6 @@ def test_warnings_are_printed_and_kept_in_the_outputs(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-@needs_reference
 def test_ragged_runs_per_task_give_mean_plus_gap_equal_to_max_return(tmp_path):
     """At 2M steps 7 runs of the reference SAC (UTD 32, resets) end early: 6-10 runs per task,
     no return above 1000, so Mean + Optimality gap = 1000 (tasks weigh alike in both)."""

@@ -8,9 +8,8 @@ from analysis.datasets import load_datasets
 from analysis.errors import AggregationWarning
 from analysis.layouts import load_runs
 from analysis.summary import Settings, summarize
-from tests.helpers.runs import REFERENCE, needs_reference
+from tests.helpers.runs import REFERENCE
 
-pytestmark = needs_reference
 SAC = REFERENCE / "rl_with_resets_sac"
 SAC_UTD1 = SAC / "max_steps_2000000_resets_False_config.updates_per_step_1"
 SAC_UTD32_RESETS = (SAC / "max_steps_2000000_resets_True_config"

@@ -12,7 +12,7 @@ from analysis.bootstrap import generator, percentile_interval, stratified_bootst
 from analysis.layouts import load_runs
 from analysis.selection import final_scores
 from analysis.summary import aggregate_statistics
-from tests.helpers.runs import REFERENCE, needs_reference
+from tests.helpers.runs import REFERENCE
 
 SAC_UTD1 = (REFERENCE / "rl_with_resets_sac"
             / "max_steps_2000000_resets_False_config.updates_per_step_1")
@@ -48,7 +48,6 @@ def reference_matrix(path, **kwargs):
     return matrix.values / 1000.0
 
 
-@needs_reference
 @pytest.mark.parametrize("path", [SAC_UTD1, REFERENCE / "bro_dmc"], ids=["sac", "bro"])
 def test_intervals_match_rliable_on_reference_data(path):
     compare_intervals(reference_matrix(path))
@@ -68,7 +67,6 @@ def test_improvement_matches_rliable():
     assert np.all(np.abs(ours - ci["xy"].ravel()) <= 0.15 * width), (ours, ci["xy"])
 
 
-@needs_reference
 def test_performance_profile_matches_rliable():
     scores = reference_matrix(REFERENCE / "bro_fast_dmc")
     taus = np.linspace(0.0, 1.0, 21)

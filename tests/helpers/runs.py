@@ -6,17 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HELPERS = os.path.join(REPO, "tests", "helpers")
 KILLSAVE = os.path.join(HELPERS, "killsave.py")  # a run script SIGKILLed mid-checkpoint
-# The published curves, read-only data kept beside the project (../shared/reference), not in it.
-REFERENCE = Path(REPO).parent / "shared" / "reference"
-needs_reference = pytest.mark.skipif(
-    not REFERENCE.is_dir(),
-    reason=f"the published reference data is not at {REFERENCE} (kept beside the project, "
-           "not in it)")
+# The published curves (reference/README.md), part of the repository.
+REFERENCE = Path(REPO) / "reference"
 
 # A small, fast SAC run: cartpole, tiny networks, 250-step episodes (action repeat 4).
 FAST_SAC = [
