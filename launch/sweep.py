@@ -2,6 +2,9 @@
 
     python launch/sweep.py --agent=sac --preset=resets10 --interventions=none,reset,clip \\
         --utds=1,4,8 --seeds=10 --logdir=runs/sac -- --clip_c=4
+    python launch/sweep.py --agent=continual --envs=random_label_mnist --interventions=none,clip \\
+        --vary=clip_c=1.5,2,3,4,8 --vary=clip_sides=both,upper,lower --seeds=10 \\
+        --logdir=runs/c_sweep
     python launch/sweep.py --logdir=runs/sac --status
     python launch/sweep.py --logdir=runs/sac --retry_failed
     python launch/sweep.py --logdir=runs/sac --stop
@@ -79,8 +82,15 @@ flags.DEFINE_list("utds", None, "Update-to-data ratios (integers >= 1); unset: t
                   "script default (" + ", ".join(
                       f"{a} {RUN_DEFAULTS[a][1]}" for a in AGENTS if a != "continual") + ").")
 flags.DEFINE_list("clip_cs", [], "SingularClip c values: each job whose intervention includes "
-                  "clip is run once per value (--clip_c, and -c<c> in its run name).")
-flags.DEFINE_integer("seeds", 1, "Seeds per (env, intervention, UTD).")
+                  "clip is run once per value (--clip_c, and -c<c> in its run name); the same "
+                  "as --vary=clip_c=...")
+flags.DEFINE_multi_string("vary", [], "KEY=V1,V2,...: run each job once per value of the "
+                          "run script's flag --KEY (a field of its config, e.g. clip_sides, "
+                          "learning_rate), -KEY=<value> in its run name; repeat for more axes "
+                          "(their product). A method's setting varies the jobs that use the "
+                          "method, --intervention_every (and the event settings) those with an "
+                          "event, any other flag every job.")
+flags.DEFINE_integer("seeds", 1, "Seeds per (env, intervention, varied settings, UTD).")
 flags.DEFINE_integer("first_seed", 0, "Seeds are first_seed .. first_seed + seeds - 1.")
 flags.DEFINE_integer("seeds_per_job", 0, "Seeds trained (vmapped) by one job; 0: all of them.")
 for _name in TRAIN_FLAGS:
@@ -103,7 +113,8 @@ flags.DEFINE_boolean("pin_cores", True, "Local executor: run each worker's jobs 
 flags.DEFINE_integer("max_jobs", 10_000, "Refuse a grid of more jobs than this (a typo in "
                      "--seeds or seeds_per_job can ask for millions).", lower_bound=1)
 flags.DEFINE_integer("max_seed_runs", 100_000, "Refuse a grid of more seed-runs (one seed of one "
-                     "env, intervention and UTD; a job trains seeds_per_job of them) than this.",
+                     "env, intervention, varied settings and UTD; a job trains seeds_per_job of "
+                     "them) than this.",
                      lower_bound=1)
 flags.DEFINE_boolean("no_wait", False, "Submit and exit instead of following the jobs.")
 flags.DEFINE_boolean("status", False, "Show each job's state and exit (no grid flags needed).")
@@ -141,7 +152,7 @@ def grid_jobs(trailing: list[str]) -> list[JobSpec]:
     """The jobs the flags (or --grid) describe."""
     settings = {"agent": FLAGS.agent, "envs": FLAGS.envs, "preset": FLAGS.preset,
                 "interventions": FLAGS.interventions, "utds": FLAGS.utds,
-                "clip_cs": FLAGS.clip_cs,
+                "clip_cs": FLAGS.clip_cs, "vary": FLAGS.vary,
                 "seeds": FLAGS.seeds, "first_seed": FLAGS.first_seed,
                 "seeds_per_job": FLAGS.seeds_per_job, "extra": _extra_flags(trailing),
                 "script_dir": FLAGS.script_dir,
@@ -150,15 +161,15 @@ def grid_jobs(trailing: list[str]) -> list[JobSpec]:
     count = sum(grid.job_count() for grid in grids)
     if count > FLAGS.max_jobs:  # checked before the jobs are expanded in memory
         raise SweepError(f"the grid has {count:,} jobs, more than --max_jobs={FLAGS.max_jobs:,}; "
-                         "check its envs, interventions, utds, seeds and seeds_per_job (each "
-                         "job trains seeds_per_job seeds, all of them when 0), or raise "
+                         "check its envs, interventions, vary, utds, seeds and seeds_per_job "
+                         "(each job trains seeds_per_job seeds, all of them when 0), or raise "
                          "--max_jobs")
     seed_runs = sum(grid.seed_run_count() for grid in grids)
     if seed_runs > FLAGS.max_seed_runs:
         raise SweepError(f"the grid has {seed_runs:,} seed-runs (each seed of each env, "
-                         "intervention and UTD), more than --max_seed_runs="
-                         f"{FLAGS.max_seed_runs:,}; check its envs, interventions, utds and "
-                         "seeds, or raise --max_seed_runs")
+                         "intervention, varied settings and UTD), more than --max_seed_runs="
+                         f"{FLAGS.max_seed_runs:,}; check its envs, interventions, vary, utds "
+                         "and seeds, or raise --max_seed_runs")
     return expand(grids)
 
 
@@ -166,7 +177,7 @@ JOBS_GO_ON: list[bool] = []  # set once this process launches jobs or follows ru
 STOPPING: list[bool] = []  # set once --stop has begun stopping jobs
 
 # The flags that describe a grid's jobs (besides --envs, --preset and --grid).
-GRID_FLAGS = ("agent", "interventions", "utds", "clip_cs", "seeds", "first_seed",
+GRID_FLAGS = ("agent", "interventions", "utds", "clip_cs", "vary", "seeds", "first_seed",
               "seeds_per_job", "extra", *TRAIN_FLAGS)
 
 

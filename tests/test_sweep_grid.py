@@ -217,8 +217,8 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
     (["--envs=cheetah-run", "--seeds=2000", "--seeds_per_job=1500"], "sweep: --seeds_per_job="
      "1,500 puts 1,500 seeds in one job, and a run script trains at most 1,000"),
     (["--envs=cheetah-run,walker-run", "--seeds=1000000", "--seeds_per_job=1000"],
-     "sweep: the grid has 2,000,000 seed-runs (each seed of each env, intervention and UTD), "
-     "more than --max_seed_runs=100,000"),
+     "sweep: the grid has 2,000,000 seed-runs (each seed of each env, intervention, varied "
+     "settings and UTD), more than --max_seed_runs=100,000"),
 ])
 def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),

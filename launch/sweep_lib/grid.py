@@ -1,28 +1,39 @@
-"""Sweep grids: agent x envs x interventions x UTDs (x clip c values) x seed groups, expanded
+"""Sweep grids: agent x envs x interventions x varied settings x UTDs x seed groups, expanded
 into jobs.
 
-One job is one (agent, env, intervention, UTD) with a group of consecutive seeds that the run
-script trains vmapped in one process. Its run directory is the one the run script writes,
-`<logdir>/<agent>/<env>/<intervention>-utd<utd>-seed<first seed>/`. The agent "continual" runs
-launch/run_continual.py: its envs are benchmarks (continual/tasks.py), it has no UTD, and its
-run directories are `<logdir>/continual/<task>/<intervention>-seed<first seed>/`. Given clip
-c values, each job whose intervention includes clip is crossed with them (`-c<c>` in its run
-name, --clip_c on its command line).
+One job is one (agent, env, intervention, varied settings, UTD) with a group of consecutive
+seeds that the run script trains vmapped in one process. Its run directory is the one the run
+script writes, `<logdir>/<agent>/<env>/<intervention>-utd<utd>-seed<first seed>/`. The agent
+"continual" runs launch/run_continual.py: its envs are benchmarks (continual/tasks.py), it has
+no UTD, and its run directories are `<logdir>/continual/<task>/<intervention>-seed<first
+seed>/`. An intervention's methods are put in the registry's order (nap+clip is clip+nap).
+
+Varied settings (--vary=KEY=V1,V2, --clip_cs) are axes of run-script flags: the jobs they
+apply to are crossed with their values, each job getting `--KEY=<value>` on its command line
+and `-KEY=<value>` in its run name (`-c<c>` for clip_c, first), e.g.
+`clip-c2-clip_sides=upper-seed0`. A method's setting applies to the jobs whose intervention
+includes the method, a setting read only with an event (EVENT_SETTINGS) to the jobs whose
+intervention has one, any other setting to every job.
 """
 
 import dataclasses
+import difflib
+import itertools
 import json
+import math
 import os
 import shlex
 import sys
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agents import AGENTS as _AGENTS
+from continual import config as continual_config
 from continual.tasks import BENCHMARKS
 from envs import check_env_name
 from interventions import registry
-from launch.config import AGENT_DEFAULTS, MAX_SEEDS
+from launch.config import AGENT_DEFAULTS, MAX_SEEDS, SCHEDULE_FLAGS, TrainConfig
 
 CONTINUAL = "continual"  # launch/run_continual.py: supervised benchmarks, no UTD
 AGENTS = (*_AGENTS, CONTINUAL)
@@ -47,8 +58,10 @@ PRESETS = {
     "continual_digits": ("permuted_digits", "random_label_digits"),
     "continual_paper": ("permuted_mnist", "random_label_mnist", "random_label_cifar"),
 }
-GRID_KEYS = ("agent", "envs", "preset", "interventions", "utds", "clip_cs", "seeds",
+GRID_KEYS = ("agent", "envs", "preset", "interventions", "utds", "clip_cs", "vary", "seeds",
              "first_seed", "seeds_per_job", "extra", *TRAIN_FLAGS)
+MAX_NAME_BYTES = 255  # of a directory's name (most file systems)
+CLIP_C = "clip_c"  # --clip_cs=1.5,2 is --vary=clip_c=1.5,2; its runs are named -c<c>
 DEFAULT_SCRIPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -63,7 +76,9 @@ def sweep_group(logdir: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
-    """One run-script invocation: an (agent, env, intervention, UTD) and its seed group."""
+    """One run-script invocation: an (agent, env, intervention, varied settings, UTD) and its
+    seed group. `settings` are the (flag, value text) pairs of the varied settings that apply
+    to it, clip_c first, then in the order of their axes (its run name's order)."""
 
     agent: str
     env: str
@@ -74,17 +89,23 @@ class JobSpec:
     train_flags: tuple[tuple[str, int], ...] = ()
     extra: tuple[str, ...] = ()
     script_dir: str = DEFAULT_SCRIPT_DIR
-    clip_c: float | None = None  # --clip_c of this job (None: the run script's default)
+    settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def script(self) -> str:
         return os.path.join(self.script_dir, f"run_{self.agent}.py")
 
     @property
+    def clip_c(self) -> float | None:
+        """--clip_c of this job (None: the run script's default)."""
+        value = dict(self.settings).get(CLIP_C)
+        return None if value is None else float(value)
+
+    @property
     def run_name(self) -> str:
-        c = "" if self.clip_c is None else f"-c{self.clip_c:g}"
-        utd = "" if self.agent == CONTINUAL else f"-utd{self.utd}"
-        return f"{self.intervention}{c}{utd}-seed{self.seed}"
+        settings = [f"c{v}" if k == CLIP_C else f"{k}={v}" for k, v in self.settings]
+        utd = [] if self.agent == CONTINUAL else [f"utd{self.utd}"]
+        return "-".join([self.intervention, *settings, *utd, f"seed{self.seed}"])
 
     @property
     def key(self) -> str:
@@ -99,10 +120,9 @@ class JobSpec:
         with wandb among them, --wandb_group is the sweep's (its logdir's name) unless given."""
         where = ({"task": self.env} if self.agent == CONTINUAL
                  else {"env": self.env, "utd": self.utd})
-        c = {} if self.clip_c is None else {"clip_c": f"{self.clip_c:g}"}
-        flags = {**where, "intervention": self.intervention, **c, "seed": self.seed,
-                 "num_seeds": self.num_seeds, **dict(self.train_flags), "logdir": logdir,
-                 "run_name": self.run_name, "resume": "auto"}
+        flags = {**where, "intervention": self.intervention, **dict(self.settings),
+                 "seed": self.seed, "num_seeds": self.num_seeds, **dict(self.train_flags),
+                 "logdir": logdir, "run_name": self.run_name, "resume": "auto"}
         given = {name: value for name, value, _ in extra_settings(self.extra)}
         if "wandb" in _items(given.get("log_to")) and "wandb_group" not in given:
             flags["wandb_group"] = sweep_group(logdir)
@@ -114,13 +134,29 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> "JobSpec":
+        """The spec of a record (`to_dict()`), also of one written before varied settings,
+        which holds its c value as clip_c (None without one) and no settings."""
+        record = dict(record)
+        settings = [tuple(p) for p in record.pop("settings", None) or ()]
+        clip_c = record.pop(CLIP_C, None)
+        if clip_c is not None and CLIP_C not in dict(settings):
+            settings.insert(0, (CLIP_C, _recorded_c(clip_c)))
         return cls(**{**record, "train_flags": tuple(tuple(p) for p in record["train_flags"]),
-                      "extra": tuple(record["extra"])})
+                      "extra": tuple(record["extra"]), "settings": tuple(settings)})
+
+
+def _recorded_c(value: Any) -> str:
+    """The clip_c of a record of before varied settings, as its run name spelled it."""
+    try:
+        return f"{float(value):g}"
+    except (TypeError, ValueError):
+        return str(value)
 
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
-    """A validated grid; `jobs()` expands it in (env, intervention, UTD, seed) order."""
+    """A validated grid; `jobs()` expands it in (env, intervention, varied settings, UTD,
+    seed) order. `vary` holds the axes (flag, values) in the order given."""
 
     agent: str
     envs: tuple[str, ...]
@@ -132,33 +168,63 @@ class Grid:
     train_flags: tuple[tuple[str, int], ...] = ()
     extra: tuple[str, ...] = ()
     script_dir: str = DEFAULT_SCRIPT_DIR
-    clip_cs: tuple[float, ...] = ()
+    vary: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    def _cs(self, intervention: str) -> tuple[float | None, ...]:
-        """The clip c values of an intervention's jobs: clip_cs where it includes clip."""
-        uses_clip = "clip" in registry.split(intervention)
-        return self.clip_cs if self.clip_cs and uses_clip else (None,)
+    def _settings(self, intervention: str) -> list[tuple[tuple[str, str], ...]]:
+        """The varied settings of an intervention's jobs: the product of the axes that apply
+        to it, in their order, each as a job's `settings` (clip_c first)."""
+        axes = [[(key, value) for value in values] for key, values in self.vary
+                if applies(self.agent, key, intervention)]
+        return [tuple(sorted(combo, key=lambda kv: kv[0] != CLIP_C))
+                for combo in itertools.product(*axes)]
 
     def _seed_starts(self) -> range:
         """The first seed of each job's group of seeds_per_job (all seeds when 0)."""
         return range(self.first_seed, self.first_seed + self.seeds,
                      self.seeds_per_job or self.seeds)
 
+    def _combinations(self) -> int:
+        """The (intervention, varied settings) pairs of the grid."""
+        return sum(math.prod(len(values) for key, values in self.vary
+                             if applies(self.agent, key, intervention))
+                   for intervention in self.interventions)
+
     def job_count(self) -> int:
         """len(self.jobs()), without expanding them."""
-        methods = sum(len(self._cs(i)) for i in self.interventions)
-        return len(self.envs) * methods * len(self.utds) * len(self._seed_starts())
+        return len(self.envs) * self._combinations() * len(self.utds) * len(self._seed_starts())
 
     def seed_run_count(self) -> int:
-        """The seeds its jobs train together: one per seed of each (env, intervention, UTD)."""
-        return len(self.envs) * len(self.interventions) * len(self.utds) * self.seeds
+        """The seeds its jobs train together: one per seed of each (env, intervention, varied
+        settings, UTD)."""
+        return len(self.envs) * self._combinations() * len(self.utds) * self.seeds
 
     def jobs(self) -> list[JobSpec]:
         starts, end = self._seed_starts(), self.first_seed + self.seeds
         return [JobSpec(self.agent, env, intervention, utd, start, min(starts.step, end - start),
-                        self.train_flags, self.extra, self.script_dir, c)
+                        self.train_flags, self.extra, self.script_dir, settings)
                 for env in self.envs for intervention in self.interventions
-                for c in self._cs(intervention) for utd in self.utds for start in starts]
+                for settings in self._settings(intervention) for utd in self.utds
+                for start in starts]
+
+
+def event_settings(agent: str) -> tuple[str, ...]:
+    """The run-script settings of `agent` read only with an event: a --vary axis of them
+    applies to the jobs whose intervention has one."""
+    if agent == CONTINUAL:
+        return tuple(getattr(continual_config, "EVENT_SETTINGS", ("intervention_every",)))
+    return (*SCHEDULE_FLAGS, "intervention_steps")  # --intervention_steps needs an event
+
+
+def applies(agent: str, key: str, intervention: str) -> bool:
+    """Whether a varied setting `key` applies to the jobs of `intervention`: a method's
+    setting where the intervention includes the method, an event's setting where it has an
+    event, any other setting always."""
+    method = registry.owner(key)
+    if method is not None:
+        return method.name in registry.split(intervention)
+    if key in event_settings(agent):
+        return registry.event_of(intervention) is not None
+    return True
 
 
 def _items(value: str | Iterable[Any] | None) -> list[str]:
@@ -270,11 +336,162 @@ def _choices(name: str, values: list[str], accepted: Sequence[str]) -> tuple[str
 
 
 def _intervention(value: str) -> str:
-    """A grid's intervention as a run records it (methods joined by '+'), or SweepError."""
+    """A grid's intervention as a run records it (methods joined by '+'), its methods in the
+    registry's order (nap+clip and clip+nap are one job, clip+nap), or SweepError."""
     try:
-        return registry.canonical(value)
+        return in_registry_order(value)
     except ValueError as e:
         raise SweepError(f"intervention {value!r}: {e}") from None
+
+
+def in_registry_order(intervention: str) -> str:
+    """An --intervention value as registry.canonical spells it, its methods in the order of
+    registry.names(); ValueError (one line) for one the registry refuses."""
+    order = registry.names()
+    return "+".join(sorted(registry.canonical(intervention).split("+"), key=order.index))
+
+
+def _config_types(agent: str) -> dict[str, Any]:
+    """{flag: type} of the settings of run_<agent>.py: its config's fields."""
+    config = continual_config.ContinualConfig if agent == CONTINUAL else TrainConfig
+    return typing.get_type_hints(config)
+
+
+def vary_keys(agent: str) -> tuple[str, ...]:
+    """The flags of run_<agent>.py a --vary axis may set: its config's fields, less those the
+    sweep sets itself (SET_BY_SWEEP, and for the RL agents TRAIN_FLAGS, its grid settings)."""
+    refused = {*SET_BY_SWEEP, "agent", *(() if agent == CONTINUAL else TRAIN_FLAGS)}
+    return tuple(name for name in _config_types(agent) if name not in refused)
+
+
+_TRUE, _FALSE = ("true", "t", "1"), ("false", "f", "0")  # as absl reads a boolean
+
+
+def _value_text(label: str, value: Any, kind: Any) -> str:
+    """A varied setting's value as its jobs' flag and run name spell it: booleans as true or
+    false, integers and numbers normalised (1e-3 and 0.001 are one value, 0.001), the rest as
+    given; SweepError for one a run name cannot hold or a flag of `kind` cannot take."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, int | float | str):
+        text = str(value).strip()
+    else:
+        raise SweepError(f"{label}: values must be strings or numbers, got {value!r}")
+    if not text:
+        return ""
+    if "/" in text or any(c.isspace() for c in text):
+        raise SweepError(f"{label}: the value {text!r} holds '/' or whitespace, which a run "
+                         "directory's name cannot")
+    if "," in text:
+        raise SweepError(f"{label}: the value {text!r} holds ',', which separates values; give "
+                         "each value on its own")
+    if typing.get_origin(kind) is tuple:  # a list flag, given one item
+        kind = typing.get_args(kind)[0]
+    if kind is bool:
+        if text.lower() not in (*_TRUE, *_FALSE):
+            raise SweepError(f"{label} takes true or false, got {text!r}")
+        return "true" if text.lower() in _TRUE else "false"
+    if kind not in (int, float):
+        return text
+    if kind is int:
+        try:
+            return str(int(text))
+        except ValueError:
+            pass
+    try:
+        number = float(text)
+    except ValueError:
+        raise SweepError(f"{label} takes {'integers' if kind is int else 'numbers'}, got "
+                         f"{text!r}") from None
+    if kind is int:
+        if not number.is_integer():
+            raise SweepError(f"{label} takes integers, got {text!r}")
+        return str(int(number))
+    if not math.isfinite(number):
+        return str(number)
+    short = f"{number:g}"  # as --clip_cs named its runs: c2, c1.5, c1e+06
+    return short if float(short) == number else repr(number)
+
+
+def _vary_entries(vary: Any) -> list[tuple[str, Any]]:
+    """(key, values) of each axis: from KEY=V1,V2 strings (--vary) or an object {key: values}
+    (a grid file's "vary")."""
+    if vary is None:
+        return []
+    if isinstance(vary, Mapping):
+        return [(str(key), values) for key, values in vary.items()]
+    entries = [vary] if isinstance(vary, str) else vary
+    if not isinstance(entries, Iterable) or any(not isinstance(e, str) for e in entries):
+        raise SweepError("vary must be KEY=V1,V2,... strings or an object {key: [values]}, got "
+                         f"{vary!r}")
+    out = []
+    for entry in entries:
+        key, eq, values = entry.partition("=")
+        if not eq or not key.strip():
+            raise SweepError(f"--vary takes KEY=V1,V2,... (a flag of the run script and its "
+                             f"values), got {entry!r}")
+        out.append((key.strip(), values))
+    return out
+
+
+def _axis_values(label: str, values: Any, kind: Any) -> tuple[str, ...]:
+    if isinstance(values, str):
+        items: Iterable[Any] = values.split(",")
+    elif isinstance(values, bool | int | float):
+        items = [values]
+    elif isinstance(values, list | tuple):
+        items = values
+    else:
+        raise SweepError(f"{label}: give its values as \"V1,V2\" or a list, got {values!r}")
+    texts = [_value_text(label, value, kind) for value in items]
+    return tuple(dict.fromkeys(text for text in texts if text))
+
+
+def _vary(agent: str, vary: Any, clip_cs: Any, extra: Sequence[str],
+          chosen: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The grid's varied-setting axes (key, values), validated; clip_cs is the axis clip_c."""
+    entries = [(key, values, f"--vary={key}") for key, values in _vary_entries(vary)]
+    if _items(clip_cs):
+        if any(key == CLIP_C for key, _, _ in entries):
+            raise SweepError("--clip_cs and --vary=clip_c both give clip c values; give them "
+                             "once (--clip_cs=1.5,2 is --vary=clip_c=1.5,2)")
+        entries.insert(0, (CLIP_C, clip_cs, "--clip_cs"))
+    types = _config_types(agent)
+    accepted = vary_keys(agent)
+    in_extra = {name for name, _, _ in extra_settings(extra)}
+    axes: dict[str, tuple[str, ...]] = {}
+    for key, values, label in entries:
+        if key in axes:
+            raise SweepError(f"--vary={key} given twice; give each key once, its values "
+                             "comma-separated")
+        if key in types and key not in accepted:
+            raise SweepError(f"{label}: --{key} is set by the sweep for each job; use the "
+                             f"sweep's own settings ({', '.join(GRID_KEYS)})")
+        if key not in accepted:
+            near = difflib.get_close_matches(key, accepted, n=1)
+            raise SweepError(f"{label}: {key!r} is not a flag of run_{agent}.py"
+                             + (f" (did you mean {near[0]!r}?)" if near else "")
+                             + f"; accepted: {', '.join(sorted(accepted))}")
+        if key in in_extra:
+            raise SweepError(f"{label} and the extra flag --{key} both set --{key} (the extra "
+                             "flag, last on each command line, would override the axis); give "
+                             "it once")
+        texts = _axis_values(label, values, types[key])
+        if not texts:
+            raise SweepError(f"{label} gives no values; give {key}=V1,V2,...")
+        if key == CLIP_C:
+            for text in texts:
+                if not 1 <= float(text) < float("inf"):
+                    raise SweepError(f"{label}: clip c values must be numbers >= 1 "
+                                     f"(SingularClip's c), got {text!r}")
+        if not any(applies(agent, key, intervention) for intervention in chosen):
+            method = registry.owner(key)
+            what = (f"a setting of {method.name}, crossed with the interventions that include "
+                    "it" if method is not None else "read only with an event, crossed with the "
+                    "interventions that have one")
+            raise SweepError(f"{label}: --{key} is {what}; none of {', '.join(chosen)} does")
+        axes[key] = texts
+    return tuple(axes.items())
 
 
 def resolve_envs(envs: str | Iterable[str] | None, presets: str | Iterable[str] | None = None,
@@ -304,6 +521,7 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
               interventions: str | Iterable[str] | None = None,
               utds: str | Iterable[Any] | None = None,
               clip_cs: str | Iterable[Any] | None = None,
+              vary: Any = None,
               seeds: int = 1, first_seed: int = 0, seeds_per_job: int = 0,
               extra: str | Iterable[str] = (), script_dir: str = DEFAULT_SCRIPT_DIR,
               **train_flags: int | None) -> Grid:
@@ -311,8 +529,9 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
 
     `interventions` and `utds` left None are the agent's run script defaults (SAC: none at UTD
     1; BRO: its resets at UTD 10); "all" among the interventions is none and every registered
-    method; `clip_cs` are c values crossed with the interventions that include clip;
-    `script_dir` holds run_<agent>.py (the repo's launch/ by default).
+    method; `vary` are axes of run-script settings, as KEY=V1,V2 strings or {key: values}
+    (`_vary`); `clip_cs` is the axis clip_c; `script_dir` holds run_<agent>.py (the repo's
+    launch/ by default).
     """
     unknown = sorted(set(train_flags) - set(TRAIN_FLAGS))
     if unknown:
@@ -354,23 +573,11 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
     script = os.path.join(os.path.abspath(script_dir), f"run_{agent}.py")
     if not os.path.isfile(script):
         raise SweepError(f"run script {script} not found; --script_dir must hold run_{agent}.py")
-    cs = []
-    for value in _items(clip_cs):
-        try:
-            c = float(value)
-        except ValueError:
-            raise SweepError(f"clip_cs must be numbers >= 1, got {value!r}") from None
-        if not 1 <= c < float("inf"):
-            raise SweepError(f"clip_cs must be numbers >= 1 (SingularClip's c), got {value!r}")
-        cs.append(c)
-    if cs and not any("clip" in registry.split(i) for i in chosen):
-        raise SweepError("clip_cs are crossed with the interventions that include clip; none "
-                         f"of {', '.join(chosen)} does")
+    axes = _vary(agent, vary, clip_cs, extra, chosen)
     return Grid(agent=agent, envs=resolve_envs(envs, preset, agent), interventions=chosen,
                 utds=utd_values, seeds=seeds, first_seed=_int("first_seed", first_seed, 0),
                 seeds_per_job=seeds_per_job, train_flags=flags,
-                extra=extra, script_dir=os.path.abspath(script_dir),
-                clip_cs=tuple(dict.fromkeys(cs)))
+                extra=extra, script_dir=os.path.abspath(script_dir), vary=axes)
 
 
 def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:
@@ -419,13 +626,24 @@ def load_grid_file(path: str, defaults: Mapping[str, Any]) -> list[Grid]:
     return grids
 
 
+def _same_methods(intervention: str) -> str:
+    """`in_registry_order`, or the text as recorded where the registry refuses it (a recorded
+    job of a method since removed)."""
+    try:
+        return in_registry_order(intervention)
+    except ValueError:
+        return intervention
+
+
 def check_seed_overlap(jobs: Iterable[JobSpec], where: str = "the grid") -> None:
-    """SweepError when two jobs of one (agent, env, intervention, UTD) train a seed twice in
-    different run directories (aggregation would count that seed twice)."""
+    """SweepError when two jobs of one (agent, env, intervention, varied settings, UTD) train a
+    seed twice in different run directories (aggregation would count that seed twice); the
+    methods of an intervention in any order are one intervention (a recorded nap+clip job and
+    a clip+nap one)."""
     by_run: dict[tuple, list[JobSpec]] = {}
     for job in jobs:
-        by_run.setdefault((job.agent, job.env, job.intervention, job.utd, job.clip_c),
-                          []).append(job)
+        by_run.setdefault((job.agent, job.env, _same_methods(job.intervention), job.utd,
+                           tuple(sorted(job.settings))), []).append(job)
     for group in by_run.values():
         group.sort(key=lambda j: j.seed)
         for a, b in zip(group, group[1:], strict=False):
@@ -435,12 +653,20 @@ def check_seed_overlap(jobs: Iterable[JobSpec], where: str = "the grid") -> None
                                  f"{where} train the same seeds; give each seed to one job")
 
 
+# The fields of a JobSpec's record that `job_flags` reads.
+FLAG_FIELDS = ("train_flags", "extra", "settings")
+
+
 def job_flags(spec: Mapping[str, Any]) -> dict[str, str]:
     """{name: value text} of the run-script flags a job's spec (`JobSpec.to_dict()`, or as
     recorded) sets beyond its own: its grid flags and its extra flags, whatever their order or
     place (`-- --max_steps=200` is the grid's `--max_steps=200`) and spelling (`--flag value`
-    or `--flag=value`)."""
-    flags = {name: str(value) for name, value in spec.get("train_flags") or ()}
+    or `--flag=value`), and its varied settings (a record of before them: its clip_c)."""
+    settings = spec.get("settings")
+    if settings is None and spec.get(CLIP_C) is not None:
+        settings = [(CLIP_C, _recorded_c(spec[CLIP_C]))]
+    flags = {name: str(value) for name, value in settings or ()}
+    flags.update((name, str(value)) for name, value in spec.get("train_flags") or ())
     flags.update((name, value) for name, value, _ in extra_settings(spec.get("extra") or ()))
     return flags
 
@@ -448,8 +674,7 @@ def job_flags(spec: Mapping[str, Any]) -> dict[str, str]:
 def _differences(a: JobSpec, b: JobSpec) -> list[str]:
     """How two jobs differ, but for the order, place and spelling of their flags."""
     x, y = a.to_dict(), b.to_dict()
-    out = [f"{k}: {x[k]} and {y[k]}" for k in x if k not in ("train_flags", "extra")
-           and x[k] != y[k]]
+    out = [f"{k}: {x[k]} and {y[k]}" for k in x if k not in FLAG_FIELDS and x[k] != y[k]]
     fa, fb = job_flags(x), job_flags(y)
     return out + [f"--{n}: {fa.get(n, 'not given')} and {fb.get(n, 'not given')}"
                   for n in sorted(set(fa) | set(fb)) if fa.get(n) != fb.get(n)]
@@ -461,6 +686,10 @@ def expand(grids: Iterable[Grid]) -> list[JobSpec]:
     jobs: dict[str, JobSpec] = {}
     for grid in grids:
         for job in grid.jobs():
+            if len(job.run_name.encode()) > MAX_NAME_BYTES:
+                raise SweepError(f"the run name {job.run_name} is longer than a directory's "
+                                 f"name may be ({MAX_NAME_BYTES} bytes); vary fewer settings "
+                                 "in one grid, or split it over logdirs")
             differ = _differences(jobs.setdefault(job.key, job), job)
             if differ:
                 raise SweepError(f"two grid entries write the same run directory {job.key} with "

@@ -26,7 +26,7 @@ from launch.rundir.code import CODE, other_code, recorded_code
 from launch.rundir.files import is_finished
 from launch.rundir.lock import EXIT_IN_USE
 from launch.rundir.record import WATCH_SETTINGS, with_added_settings, with_resolved_settings
-from launch.sweep_lib.grid import JobSpec, SweepError, job_flags
+from launch.sweep_lib.grid import FLAG_FIELDS, JobSpec, SweepError, job_flags
 from launch.sweep_lib.job import LocalWorker, RunJob
 from launch.sweep_lib.state import (
     FINAL_STATES,
@@ -432,8 +432,7 @@ def run_dir_conflict(spec: JobSpec, status: Status, logdir: str, launching: bool
     config = with_resolved_settings(with_added_settings(config))
     wanted = {"env": spec.env, "task": spec.env, "utd": spec.utd,
               "intervention": spec.intervention, "seed": spec.seed, "num_seeds": spec.num_seeds,
-              **({} if spec.clip_c is None else {"clip_c": spec.clip_c}),
-              **dict(spec.train_flags)}
+              **dict(spec.settings), **dict(spec.train_flags)}
     wanted.update(_extra_flags(spec.extra))
     if same_setting(0, wanted.get("diagnostics_batch_size", "")):
         wanted["diagnostics_batch_size"] = wanted.get("batch_size", config.get("batch_size"))
@@ -493,7 +492,7 @@ def launch_conflict(spec: JobSpec, status: Status) -> str | None:
         return None
     then, now = JobSpec.from_dict(status.record["spec"]).to_dict(), spec.to_dict()
     differ = [f"{k}: {then.get(k)} then, {v} now" for k, v in now.items()
-              if k not in ("train_flags", "extra") and then.get(k) != v]
+              if k not in FLAG_FIELDS and then.get(k) != v]
     differ += _flag_differences(_job_flags(then), _job_flags(now), "then")
     if not differ:
         return None
@@ -514,7 +513,7 @@ def check_flags(specs: Sequence[JobSpec], logdir: str, timeout_s: float = 300.0,
     The warnings a check prints are shown once each."""
     kinds: dict[tuple, JobSpec] = {}
     for spec in sorted(specs, key=lambda s: -(s.seed + s.num_seeds)):
-        kinds.setdefault((spec.script, spec.intervention, spec.clip_c, spec.train_flags,
+        kinds.setdefault((spec.script, spec.intervention, spec.settings, spec.train_flags,
                           spec.extra), spec)
     todo = list(kinds.values())
     emit(f"checking the flags of {len(todo)} kind(s) of job with the run scripts' --dry_run")
