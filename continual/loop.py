@@ -161,15 +161,15 @@ def learner_config(cfg: ContinualConfig, source: Source) -> LearnerConfig:
     return LearnerConfig(network=b.network, input_shape=tuple(source.images.shape[1:]),
                          num_classes=output_classes(b, source.num_classes),
                          hidden_dims=(cfg.hidden_dim,), channels=cfg.channels or b.channels,
-                         layer_norm=cfg.layer_norm, optimizer=cfg.optimizer,
-                         learning_rate=cfg.learning_rate)
+                         layer_norm=cfg.layer_norm, init=cfg.init, optimizer=cfg.optimizer,
+                         learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay)
 
 
 def continual_plan(learner: Learner, cfg: ContinualConfig) -> Plan:
     """The run's interventions against the learner, their parts checked on its abstract state;
     ConfigError naming the flag of a setting that cannot work."""
     try:
-        plan = make_plan(cfg.intervention, cfg.method_settings, learner)
+        plan = make_plan(cfg.intervention, cfg.method_settings, learner, cfg.event_opt_state)
         state = jax.eval_shape(learner.init, jax.random.key(0))
         for bound in plan.bound:
             check_parts(state, bound)

