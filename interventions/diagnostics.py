@@ -54,8 +54,9 @@ def weight_extremes(params: PyTree, conv_spatial_ndim: int = 2,
 def shared_layers(params: PyTree, conv_spatial_ndim: int = 2) -> set[str]:
     """The layers whose extreme singular values the diagnostics and the event reports take from
     `weight_extremes`' shared programs: those whose both sides reach EXTREMES_GRAM_MIN_SIDE, which
-    take the Gram route and compile in 0.4 s. A smaller matrix's SVDs compile in 0.1 s
-    (benchmarks/compile_times.py), less than a program of their own costs at every event."""
+    take the Gram route, slow to compile, so compiled once per shape. A smaller matrix's SVDs
+    compile quickly inline, which costs less than calling a program of their own at every event
+    (`python benchmarks/compile_times.py --parts=bisection` times both compilations)."""
     return {name for name, w in weight_matrices(params, conv_spatial_ndim).items()
             if min(w.shape[-2:]) >= EXTREMES_GRAM_MIN_SIDE}
 

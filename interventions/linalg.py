@@ -10,9 +10,9 @@ matrix runs inline, so these functions call LAPACK on one matrix at a time, also
 `stacked` hands a function every vmapped matrix at once, and `unrolled` issues one call per
 matrix side by side, which XLA's CPU runtime runs on its threads at once when each call's
 outputs stay alive to the end (their buffers are then not reused by the next call), and OpenBLAS
-runs one thread (launch.startup.one_blas_thread): SingularClip's ten 784 x 256 matrices, one per
-vmapped seed, take 32.7 ms that way against 58.0 ms one call each (benchmarks/clip.py). Not
-differentiable in reverse mode.
+runs one thread (launch.startup.one_blas_thread): the matrices of every vmapped seed are
+factored at once rather than in turn (`python benchmarks/clip.py` times SingularClip's ten
+784 x 256 matrices both ways, "svd clip of 10 ..."). Not differentiable in reverse mode.
 """
 
 import jax
@@ -22,13 +22,15 @@ import numpy as np
 MAX_UNROLLED = 64  # more matrices than this go through a loop, to bound the program's size
 MIN_UNROLLED_ENTRIES = 64 * 64  # smaller matrices, quick to factor, too: they only add compile time
 # Stacks whose condition numbers are all at most this get their extreme singular values from the
-# Gram matrices' extreme eigenvalues, in a third of the SVDs' time (benchmarks/clip.py, "extreme
-# singular values"): sigma_min and cond are then within 1e-4 of float64's (eps cond^2;
-# tests/test_linalg.py). Past it, the extremes computed first add 30 % to the SVDs' time.
+# Gram matrices' extreme eigenvalues, in less time than the SVDs: sigma_min and cond are then
+# within 1e-4 of float64's (eps cond^2; tests/test_linalg.py). Past it, the extremes computed
+# first are work added to the SVDs' (`python benchmarks/clip.py` times both routes at condition
+# numbers 4 and 100, "extreme singular values").
 EXTREMES_GRAM_MAX_COND = 32.0
 # Matrices with a smaller side than this take SVDs: quick to compute, and the Gram route's
-# compilation (0.4 s against the SVDs' 0.1 s in each compiled call that takes it,
-# benchmarks/compile_times.py) outweighs what it saves in a short run.
+# compilation, slower than the SVDs' in each compiled call that takes it (`python
+# benchmarks/compile_times.py --parts=bisection` times both), outweighs what it saves in a short
+# run.
 EXTREMES_GRAM_MIN_SIDE = 128
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -131,9 +133,10 @@ BISECTION_STEPS = 6  # 32^6 > 2 / eps: from the Gershgorin interval down to floa
 def _tridiagonal_extremes(d: jax.Array, e: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(lambda_min, lambda_max) of symmetric tridiagonal matrices, diagonals d (B, n) and
     off-diagonals e (B, n - 1), by multisection: Sturm counts at BISECTION_POINTS points of each
-    eigenvalue's interval at once, from the Gershgorin interval. One short loop, quick to
-    compile: 0.3 s against 1.0 s for jax.scipy.linalg.eigh_tridiagonal's two calls
-    (benchmarks/compile_times.py), at the same accuracy (tests/test_linalg.py)."""
+    eigenvalue's interval at once, from the Gershgorin interval. One short loop, quicker to
+    compile than jax.scipy.linalg.eigh_tridiagonal's two calls (`python
+    benchmarks/compile_times.py --parts=bisection` times both), at the same accuracy
+    (tests/test_linalg.py)."""
     n = d.shape[-1]
     e2 = jnp.square(e)
     pad = jnp.zeros_like(d[:, :1])

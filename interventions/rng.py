@@ -1,8 +1,9 @@
 """Random draws that compile fast.
 
-XLA's CPU compiler takes about a second over `jax.random.normal(key, (m, n))` when n is small
-(n = 10: 1.0-1.1 s for (256, 10) under a seed vmap, against 0.3 s for (784, 256)); drawn flat
-and reshaped, the same numbers compile in 0.2 s (benchmarks/compile_times.py). With
+XLA's CPU compiler is slow over `jax.random.normal(key, (m, n))` when n is small (a classifier
+head's (256, 10) under a seed vmap takes longer than a hidden layer's (784, 256)); drawn flat and
+reshaped, the same numbers compile quickly (`python benchmarks/compile_times.py --parts=draws`
+times both). With
 `jax_threefry_partitionable` (JAX's default) a draw depends only on the flat index of each
 entry, so the two are bit-identical (tests/test_rng.py).
 """

@@ -23,8 +23,8 @@ def thin_q(z: jax.Array) -> jax.Array:
     LAPACK's QR one matrix at a time, also under jax.vmap: jaxlib 0.10.2's batched CPU LAPACK
     kernels block XLA's thread pool and can deadlock when several run at once (an ensemble's or
     the seed axis' vmapped init); a single matrix runs inline, and the QRs of every vmapped seed
-    and ensemble member are issued side by side (interventions/linalg.py). A SAC init takes
-    6-7 ms (`benchmarks/events.py --events reset`, "its fresh init").
+    and ensemble member are issued side by side (interventions/linalg.py). `python
+    benchmarks/events.py --events reset` times a SAC init ("its fresh init").
     """
     q, r = _qr(z[None])
     return q[0] * jnp.sign(jnp.diagonal(r[0]))
@@ -52,8 +52,9 @@ def gaussian_q(z: jax.Array) -> jax.Array:
 
     Tall, large draws (CHOLESKY_QR_MIN_SIDE, CHOLESKY_QR_ASPECT) take Cholesky QR: z^T z = R^T R
     and Q = z R^-1, R's diagonal positive as thin_q signs it, so Q is thin_q's up to float32
-    rounding (1e-6) and as orthonormal, its work in matrix products: twice as fast for ten
-    784 x 256 draws (`python benchmarks/clip.py`, "orthogonal init's Q"). Its error grows as
+    rounding (1e-6) and as orthonormal, its work in matrix products, which run faster than
+    LAPACK's Householder QR on such draws (`python benchmarks/clip.py` times both, "orthogonal
+    init's Q"). Its error grows as
     eps cond(z)^2; such a draw's condition number is about (sqrt m + sqrt n) / (sqrt m - sqrt n)
     <= 4 and passes 100 with a probability under e^-25 (the Gaussian concentration of z's
     extreme singular values). Other draws take thin_q: bit for bit jax's orthogonal init.

@@ -36,11 +36,10 @@ class Ensemble(nn.Module):
     width) result to (..., num, rows, width), a copy of every first-layer activation. With
     `tile_inputs`, each copy gets the inputs broadcast to its own axis and every layer is a
     batched product with nothing to transpose. Parameters and values are the same either way
-    (input gradients are summed over copies in another order). On 2 CPU cores
-    (`python benchmarks/ensemble_tiling.py`), SAC's update (256 wide, batch 256) runs 2-3 %
-    faster with 1 seed and 6-11 % faster with 4 tiled, so SAC tiles; for BRO's (512 wide,
-    batch 128) the difference is within run-to-run noise (-3 % to +1 % with 1 seed), so BRO
-    keeps the default.
+    (input gradients are summed over copies in another order). SAC tiles: at its sizes (256
+    wide, batch 256) the transpose tiling saves is a sizeable part of the update, more so with
+    several seeds. BRO keeps the default: at its sizes (512 wide, batch 128) the difference is
+    within run-to-run noise. `python benchmarks/ensemble_tiling.py` times both, for both.
     """
 
     net: nn.Module

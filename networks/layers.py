@@ -2,7 +2,7 @@
 gradients are arranged for XLA:CPU's kernels when the computation runs on a CPU.
 
 Four changes to the backward pass, for speed on a CPU; none changes what is computed beyond
-float32 rounding (the benchmarks named below time them; docs/performance.md has the results):
+float32 rounding (the benchmarks named below time them; benchmarks/results.csv has the results):
 
 - Bias, scale and shift gradients (sums over the batch rows, a column reduction, which XLA's
   reduce runs slowly without the tree-reduction rewrite that `launch.xla_flags` disables) are

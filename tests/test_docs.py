@@ -1,5 +1,5 @@
 """The docs' generated parts (docs/generate.py) match the code: the flag reference, the method
-table and list, the latest benchmark results."""
+table and list, the headline benchmark results."""
 
 import ast
 import importlib.util
@@ -88,29 +88,81 @@ def test_the_flag_reference_has_no_machine_path():
 
 def _row(date, machine, command, metric, value, unit="s", commit="abc"):
     return {"date": date, "machine": machine, "jax": "0.10.2", "jaxlib": "0.10.2",
-            "commit": commit, "benchmark": command.split("/")[-1], "command": command,
+            "commit": commit, "benchmark": command.split("/")[-1].split(".py")[0],
+            "command": command,
             "metric": metric, "value": value, "unit": unit}
 
 
-def test_the_performance_table_shows_each_commands_latest_run_per_machine():
+def _table(text: str, machine: str) -> dict[str, str]:
+    """{measure: its whole row} of `machine`'s headline table in `text`."""
+    section = re.search(rf"^### {re.escape(machine)}\n(.*?)(?=^### |\Z)", text,
+                        re.MULTILINE | re.DOTALL)
+    assert section, f"no table for {machine}"
+    return {line.split(" | ")[0][2:]: line for line in section.group(1).splitlines()
+            if line.startswith("| ") and not line.startswith(("| **", "| measure |", "| --- |"))}
+
+
+def test_the_performance_page_shows_the_newest_headline_numbers_per_machine():
+    sac = "SAC update, UTD 8, 1 seed(s)"
     rows = [
-        _row("2026-01-01T00:00:00Z", "CPU A", "python benchmarks/x.py", "speed", "1.5",
-             commit="old"),
-        _row("2026-01-01T00:00:00Z", "CPU A", "python benchmarks/x.py", "memory", "7"),
-        _row("2026-02-01T00:00:00Z", "CPU A", "python benchmarks/x.py", "speed", "2.25",
-             commit="new"),
-        _row("2026-01-15T00:00:00Z", "CPU A", "python benchmarks/y.py --quick", "time", "3"),
-        _row("2026-01-20T00:00:00Z", "GPU B", "python benchmarks/x.py", "speed", "99"),
+        _row("2026-01-01T00:00:00Z", "CPU A", "python benchmarks/throughput.py", sac, "100",
+             "seed-updates/s"),
+        _row("2026-01-01T00:00:00Z", "CPU A", "python benchmarks/throughput.py", sac, "40",
+             "% of matmul peak"),
+        _row("2026-02-01T00:00:00Z", "CPU A", "python benchmarks/throughput.py --quick", sac,
+             "150", "seed-updates/s"),
+        _row("2026-02-01T00:00:00Z", "CPU A", "python benchmarks/throughput.py --quick", sac,
+             "55", "% of matmul peak"),
+        _row("2026-02-01T00:00:00Z", "CPU A", "python benchmarks/throughput.py --quick",
+             "end to end, UTD 1", "246", "env steps/s"),
+        _row("2026-03-01T00:00:00Z", "CPU A", "python benchmarks/throughput.py --e2e_seeds=4",
+             "end to end, UTD 1", "90", "env steps/s"),
+        _row("2026-03-01T00:00:00Z", "CPU A",
+             "python benchmarks/throughput.py --e2e_seeds=4 --replay_on_device",
+             "end to end, UTD 8", "30", "env steps/s"),
+        _row("2026-01-20T00:00:00Z", "CPU A", "python benchmarks/continual_speed.py",
+             "random_label_digits, 100 tasks, 10 seeds, whole comparison of 11 methods", "1.5",
+             "min"),
+        _row("2026-01-20T00:00:00Z", "H100 x1, host CPU B", "python benchmarks/bro_update.py",
+             "BRO update, UTD 10, 1 seed(s)", "2000", "seed-updates/s"),
     ]
     text = generate.performance_table(rows)
-    sections = re.split(r"^### ", text, flags=re.MULTILINE)[1:]
-    assert [s.splitlines()[0] for s in sections] == ["CPU A", "GPU B"]
-    cpu, gpu = sections
-    assert "| speed | 2.25 | s |" in cpu and "1.5" not in cpu and "memory" not in cpu
-    assert "commit new" in cpu and "commit old" not in cpu
-    assert "`python benchmarks/y.py --quick`: 2026-01-15" in cpu and "| time | 3 | s |" in cpu
-    assert "| speed | 99 | s |" in gpu and "2.25" not in gpu
-    assert "No results" in generate.performance_table([])
+    cpu, gpu = _table(text, "CPU A"), _table(text, "H100 x1, host CPU B")
+    assert len(cpu) == len(gpu) == len(generate.HEADLINES)
+    # the newest row of a metric, its share of the peak from the same run, its date and command
+    assert cpu["SAC, UTD 8, batch 256, 1 seed"] == (
+        "| SAC, UTD 8, batch 256, 1 seed | 150 seed-updates/s (55 % of the matmul peak) | "
+        "2026-02-01 | `python benchmarks/throughput.py --quick` |")
+    # end to end: the seed count and the run's options come from the command
+    assert "| 246 env steps/s | 2026-02-01 |" in cpu["UTD 1, 1 seed"]
+    assert "| 90 env steps/s | 2026-03-01 |" in cpu["UTD 1, 4 seeds"]
+    assert "not measured" in cpu["UTD 8, 4 seeds"]  # only with --replay_on_device
+    assert "`python benchmarks/throughput.py --e2e_seeds=4` |" in cpu["UTD 8, 4 seeds"]
+    assert "| 1.5 min |" in cpu["digits, 100 tasks x 10 seeds, 11 methods"]
+    # no number is made up: a metric without a row on a machine is not measured there
+    assert "not measured" in cpu["BRO, UTD 10, batch 128, 1 seed"]
+    assert "| 2,000 seed-updates/s | 2026-01-20 |" in gpu["BRO, UTD 10, batch 128, 1 seed"]
+    assert "not measured" in gpu["SAC, UTD 8, batch 256, 1 seed"]
+    assert "not measured" in cpu["against sbx (stable-baselines-jax)"]
+    assert "### GPU\n" not in text  # a GPU's rows are there
+    without_gpu = generate.performance_table(rows[:-1])
+    assert "### GPU\n\nNot measured" in without_gpu
+    assert "Not measured" in generate.performance_table([])
+
+
+def test_a_flag_is_read_from_a_benchmark_command():
+    flag = generate._flag
+    assert flag("python benchmarks/throughput.py --e2e_seeds=4", "e2e_seeds", "1") == "4"
+    assert flag("python benchmarks/throughput.py --e2e_seeds 4", "e2e_seeds", "1") == "4"
+    assert flag("python benchmarks/throughput.py", "e2e_seeds", "1") == "1"
+    assert flag("python b.py --replay_on_device --quick", "replay_on_device", "false") == "true"
+    assert flag("python b.py --noreplay_on_device", "replay_on_device", "false") == "false"
+
+
+def test_the_committed_performance_page_is_short_and_names_its_sources():
+    page = read("docs/performance.md")
+    assert len(page.splitlines()) < 200
+    assert "benchmarks/results.csv" in page and "(../benchmarks/README.md)" in page
 
 
 def test_a_page_without_its_markers_is_an_error():
