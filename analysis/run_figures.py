@@ -1,10 +1,18 @@
 """Figures of one run directory from its CSV files (launch/plot_run.py draws them): the
 learning curve of each seed with the intervention steps marked, and the spectral diagnostics
 over time, as PNG files (matplotlib, Agg backend). An RL run's step is the env step, a
-continual run's the task."""
+continual run's the task.
+
+The files are read strictly: a row that cannot be read (too few or too many values, a value
+that is not a number, a missing column, bytes that are not text) is a PlotError naming the
+file and its line. The one exception is a last line without its line end, which a run writes
+last of every row: a run still writing the file, or stopped while it did, left it cut short.
+It is left out with a PlotWarning, and the figures are drawn from the rows before it."""
 
 import csv
+import io
 import os
+import warnings
 from collections import defaultdict
 from typing import NamedTuple
 
@@ -38,28 +46,85 @@ CONTINUAL = Kind("tasks.csv", "task", "online_accuracy", "task", "online accurac
 
 
 class PlotError(ValueError):
-    """Nothing to plot; the message is one line for the user."""
+    """Nothing to plot, or a file that cannot be read; the message is one line for the user."""
 
 
-def read_rows(path: str) -> list[dict[str, str]]:
-    """A CSV file's rows ([] when it does not exist)."""
+class PlotWarning(UserWarning):
+    """Rows left out of the figures (a last line cut short); the message is one line."""
+
+
+KIND_OF = {int: "a whole number", float: "a number"}  # what a column's value must be
+
+
+def read_rows(path: str, columns: dict[str, type]) -> list[dict]:
+    """The rows of a CSV file a run writes, each as {column: value} for `columns` ({name: int,
+    float or str}); [] when the file does not exist or is empty. PlotError naming
+    the file and its line for a row or header that cannot be read; a PlotWarning, and that row
+    left out, for a last line without its line end (cut while it was written)."""
     if not os.path.exists(path):
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data:
+        return []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise PlotError(f"{path}: line {line}: byte {data[e.start]:#04x} is not text (the file "
+                        "is damaged)") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        records = [(reader.line_num, record) for record in reader]
+    except csv.Error as e:
+        raise PlotError(f"{path}: line {reader.line_num}: {e}") from None
+    if not text.endswith(("\n", "\r")):  # the run's writer ends every line it writes
+        line = records[-1][0]
+        warnings.warn(f"{path}: line {line}, its last, has no line end: the run is still "
+                      "writing it, or stopped while it did; " + (
+                          "it is left out" if len(records) > 1 else "the file is taken as "
+                          "empty"), PlotWarning, stacklevel=2)
+        records = records[:-1]
+        if not records:
+            return []
+    header_line, header = records[0]
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise PlotError(f"{path}: line {header_line}: no column {', '.join(missing)} (its "
+                        f"header: {','.join(header) or 'empty'})")
+    where = {c: header.index(c) for c in columns}
+    rows = []
+    for line, record in records[1:]:
+        if not record:  # a blank line
+            continue
+        if len(record) != len(header):
+            raise PlotError(f"{path}: line {line}: {len(record)} value"
+                            f"{'' if len(record) == 1 else 's'} where its header has "
+                            f"{len(header)} columns ({','.join(header)})")
+        row = {}
+        for column, parse in columns.items():
+            value = record[where[column]]
+            try:
+                row[column] = parse(value)
+            except ValueError:
+                raise PlotError(f"{path}: line {line}: {column} is {value!r}, not "
+                                f"{KIND_OF[parse]}") from None
+        rows.append(row)
+    return rows
 
 
 def learning_curve(run_dir: str, out: str, kind: Kind = RL) -> str:
     """learning_curve.png: the learning curve of each seed and their mean, a dashed line at each
     intervention step."""
-    rows = read_rows(os.path.join(run_dir, kind.curve))
+    rows = read_rows(os.path.join(run_dir, kind.curve),
+                     {"seed": int, kind.step: int, kind.value: float})
     if not rows:
         raise PlotError(f"{run_dir}/{kind.curve} has no " + (
             "evaluation yet (the first comes at --eval_every env steps)" if kind is RL
             else "finished task yet"))
     by_seed = defaultdict(list)
     for row in rows:
-        by_seed[int(row["seed"])].append((int(row[kind.step]), float(row[kind.value])))
+        by_seed[row["seed"]].append((row[kind.step], row[kind.value]))
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for seed, points in sorted(by_seed.items()):
         steps, values = zip(*points, strict=True)
@@ -85,8 +150,9 @@ def mark_interventions(ax, run_dir: str, kind: Kind = RL, labels: bool = True) -
     """A dashed vertical line at each intervention step of interventions.csv, a color per kind
     of event; a kind with more than MAX_MARKED steps gets a legend entry only."""
     events = defaultdict(set)
-    for row in read_rows(os.path.join(run_dir, "interventions.csv")):
-        events[row["kind"]].add(int(row[kind.step]))
+    for row in read_rows(os.path.join(run_dir, "interventions.csv"),
+                         {kind.step: int, "kind": str}):
+        events[row["kind"]].add(row[kind.step])
     for i, (name, steps) in enumerate(sorted(events.items())):
         label = f"{name} ({len(steps)})" if labels else None
         if len(steps) > MAX_MARKED:
@@ -103,11 +169,12 @@ def diagnostics(run_dir: str, out: str, kind: Kind = RL) -> list[str]:
     """diagnostics_<network>.png per network: a panel per metric, a line per layer (the mean
     over seeds at each evaluation), the intervention steps marked."""
     values = defaultdict(lambda: defaultdict(list))  # (network, metric) -> layer -> values
-    for row in read_rows(os.path.join(run_dir, "diagnostics.csv")):
+    columns = {kind.step: int, "network": str, "layer": str, "metric": str,
+               "value": float}
+    for row in read_rows(os.path.join(run_dir, "diagnostics.csv"), columns):
         metric = row["metric"]
         if metric in PANELS or metric.startswith("dormant_tau"):
-            values[row["network"], metric][row["layer"], int(row[kind.step])].append(
-                float(row["value"]))
+            values[row["network"], metric][row["layer"], row[kind.step]].append(row["value"])
     written = []
     for network in sorted({network for network, _ in values}):
         metrics = [m for m in PANELS if (network, m) in values]

@@ -14,6 +14,7 @@ or nothing to plot (one line).
 """
 
 import sys
+import warnings
 
 from launch import startup
 
@@ -22,23 +23,42 @@ startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries 
 # isort: split
 from absl import app, flags
 
-from analysis.run_figures import RUN_DIR, PlotError, plot_run
+from analysis.run_figures import RUN_DIR, PlotError, PlotWarning, plot_run
 from launch.cli import one_line_flag_parser
 
 flags.DEFINE_string("out", "", "Folder for the PNG files (default: <run_dir>/plots).")
 FLAGS = flags.FLAGS
 
 
+def one_line_warnings() -> list[str]:
+    """Show each PlotWarning once, as one `warning:` line on stderr (mark_interventions reads
+    interventions.csv for every panel); other warnings as Python shows them."""
+    shown = []
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, PlotWarning):
+            default(message, category, filename, lineno, file, line)
+        elif str(message) not in shown:
+            shown.append(str(message))
+            print(f"warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
+    warnings.simplefilter("always", PlotWarning)
+    return shown
+
+
 def main(argv: list[str]) -> None:
     if len(argv) != 2:
-        print(f"plot_run: give one run directory ({RUN_DIR}), e.g. python launch/plot_run.py "
+        print(f"error: give one run directory ({RUN_DIR}), e.g. python launch/plot_run.py "
               f"runs/sac/cheetah-run/none-utd1-seed0; got {len(argv) - 1} arguments",
               file=sys.stderr)
         sys.exit(2)
+    one_line_warnings()
     try:
         written = plot_run(argv[1], FLAGS.out)
     except (PlotError, OSError) as e:
-        print(f"plot_run: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     if len(written) == 1:
         print(f"plot_run: {argv[1]}/diagnostics.csv holds no spectral diagnostics "
@@ -47,4 +67,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=one_line_flag_parser("plot_run: "))
+    app.run(main, flags_parser=one_line_flag_parser())
