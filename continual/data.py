@@ -7,7 +7,9 @@ Each loader returns a `Dataset`: uint8 images (n, *shape) (MNIST and digits flat
 (n, 784) and (n, 64); CIFAR-10 and downsampled ImageNet as (n, 32, 32, 3)), int32 labels from
 0, the factor that maps pixels to [0, 1] and a line naming where the images came from. A missing
 or malformed file is a `DataError` whose message is one line: which file, where it was looked
-for, where to get it.
+for, where to get it. Every format stores its pixels as uint8, and nothing else is read: pixels
+of another type (floats, say) are refused, not rounded or cast; labels must be whole numbers
+(integers, or floats without a fraction), and a file must hold at least one image.
 """
 
 import gzip
@@ -70,6 +72,32 @@ def _bad(what: str, path: str, why: str, url: str) -> DataError:
                      f"from {url}")
 
 
+def _labels(what: str, path: str, labels, url: str) -> np.ndarray:
+    """The labels of the file at `path` as int64; DataError naming it where they are not whole
+    numbers (strings, fractions, NaN): truncated, 2.7 would silently be class 2."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind in "iu":
+        return labels.astype(np.int64)
+    if labels.dtype.kind != "f":
+        kind = _KINDS.get(labels.dtype.kind, "not numbers")
+        raise _bad(what, path, f"labels of type {labels.dtype} ({kind}), not whole numbers", url)
+    whole = np.isfinite(labels) & (labels == np.round(labels)) & (np.abs(labels) < 2.0**62)
+    if not whole.all():
+        index = int(np.flatnonzero(~whole.reshape(-1))[0])
+        raise _bad(what, path, f"labels of type {labels.dtype} with {labels.reshape(-1)[index]} "
+                   f"at index {index}, not a whole number", url)
+    return labels.astype(np.int64)
+
+
+_KINDS = {"U": "strings", "S": "bytes", "O": "objects", "b": "booleans", "c": "complex numbers",
+          "M": "dates", "m": "time spans", "V": "records"}
+
+
+def _no_images(what: str, path: str, count: int, url: str) -> None:
+    if count == 0:
+        raise _bad(what, path, "it holds no images", url)
+
+
 def _read_idx(path: str, kind: str) -> np.ndarray:
     """An IDX file (gzipped or not) of uint8 images (n, rows, cols) or labels (n,)."""
     opener = gzip.open if path.endswith(".gz") else open
@@ -129,8 +157,10 @@ def load_mnist(data_dir: str) -> Dataset:
             or labels.shape != images.shape[:1]:
         raise _bad("MNIST", npz, f"images {images.dtype} {images.shape} and labels "
                    f"{labels.shape}; expected uint8 (n, 28, 28) and (n,)", MNIST_URL)
-    return _dataset("MNIST", npz, images.reshape(len(images), -1), labels, 1 / 255, 10,
-                    MNIST_URL, f"MNIST files in {os.path.abspath(folder)}")
+    _no_images("MNIST", npz, len(images), MNIST_URL)
+    labels = _labels("MNIST", labels_path or npz, labels, MNIST_URL)
+    return _dataset("MNIST", labels_path or npz, images.reshape(len(images), -1), labels, 1 / 255,
+                    10, MNIST_URL, f"MNIST files in {os.path.abspath(folder)}")
 
 
 def cache_dir() -> str:
@@ -224,7 +254,8 @@ def _write_sample_cache(path: str, images: np.ndarray, labels: np.ndarray) -> No
 
 
 def _dataset(what, path, images, labels, scale, num_classes, url, source="") -> Dataset:
-    labels = np.asarray(labels).astype(np.int64)
+    """The Dataset of uint8 `images` and int64 `labels` (checked by the loader, file by file),
+    DataError naming `path` for a label outside 0 .. num_classes - 1."""
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise _bad(what, path, f"labels from {labels.min()} to {labels.max()}, outside 0 .. "
                    f"{num_classes - 1}", url)
@@ -244,16 +275,18 @@ def load_cifar10(data_dir: str) -> Dataset:
         try:
             with open(path, "rb") as f:
                 batch = pickle.load(f, encoding="bytes")
-            data = np.asarray(batch[b"data"], np.uint8)
+            data = np.asarray(batch[b"data"])
             batch_labels = np.asarray(batch[b"labels"])
         except Exception as e:  # a damaged pickle can raise nearly anything while it loads
             raise _bad("CIFAR-10", path, f"{type(e).__name__}: {e}; a batch is a pickled dict "
                        "with data and labels", CIFAR_URL) from None
-        if data.ndim != 2 or data.shape[1] != 3072 or batch_labels.shape != data.shape[:1]:
-            raise _bad("CIFAR-10", path, f"data {data.shape} and labels {batch_labels.shape}; "
-                       "expected (n, 3072) and (n,)", CIFAR_URL)
+        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 \
+                or batch_labels.shape != data.shape[:1]:
+            raise _bad("CIFAR-10", path, f"data {data.dtype} {data.shape} and labels "
+                       f"{batch_labels.shape}; expected uint8 (n, 3072) and (n,)", CIFAR_URL)
+        _no_images("CIFAR-10", path, len(data), CIFAR_URL)
         images.append(data)
-        labels.append(batch_labels)
+        labels.append(_labels("CIFAR-10", path, batch_labels, CIFAR_URL))
     data = np.concatenate(images).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     return _dataset("CIFAR-10", folder, data, np.concatenate(labels), 1 / 255, 10, CIFAR_URL,
                     f"CIFAR-10 files in {os.path.abspath(folder)}")
@@ -274,8 +307,10 @@ def load_imagenet32(data_dir: str, batches: int = len(IMAGENET_BATCHES)) -> Data
                 or batch_labels.shape != data.shape[:1]:
             raise _bad("ImageNet 32x32", path, f"data {data.dtype} {data.shape} and labels "
                        f"{batch_labels.shape}; expected uint8 (n, 3072) and (n,)", IMAGENET_URL)
+        _no_images("ImageNet 32x32", path, len(data), IMAGENET_URL)
+        # the files count classes from 1
+        labels.append(_labels("ImageNet 32x32", path, batch_labels, IMAGENET_URL) - 1)
         images.append(data)
-        labels.append(batch_labels.astype(np.int64) - 1)  # the files count classes from 1
     data = np.concatenate(images).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     return _dataset("ImageNet 32x32", folder, data, np.concatenate(labels), 1 / 255, 1000,
                     IMAGENET_URL, f"ImageNet 32x32 files in {os.path.abspath(folder)}")

@@ -3,6 +3,7 @@ a missing or malformed file is one line naming the file, where it was looked for
 get it."""
 
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -148,3 +149,95 @@ def test_damaged_archives_and_pickles_are_one_line_too(tmp_path):
         with pytest.raises(DataError, match=r"data_batch_2 cannot be read \(\w+.*a batch is a "
                            r"pickled dict with data and labels\)"):
             load_cifar10(str(tmp_path))
+
+
+def write_mnist_npz(data_dir, x, y) -> str:
+    os.makedirs(os.path.join(data_dir, "mnist"), exist_ok=True)
+    path = os.path.join(data_dir, "mnist", "mnist.npz")
+    np.savez(path, x_train=x, y_train=y)
+    return path
+
+
+MNIST_X = np.random.default_rng(5).integers(0, 256, (6, 28, 28), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("x, y, why", [
+    (MNIST_X, np.array(list("012345")), "labels of type <U1 (strings), not whole numbers"),
+    (MNIST_X, np.array([b"1"] * 6), "labels of type |S1 (bytes), not whole numbers"),
+    (MNIST_X, np.array([0, 1, 2.5, 3, 4, 5]), "labels of type float64 with 2.5 at index 2, not a "
+                                               "whole number"),
+    (MNIST_X, np.array([0, 1, 2, 3, 4, np.nan]), "with nan at index 5, not a whole number"),
+    (MNIST_X, np.ones(6, bool), "labels of type bool (booleans), not whole numbers"),
+    (MNIST_X[:0], np.zeros(0, np.uint8), "it holds no images"),
+    (MNIST_X.astype(np.float32), np.arange(6), "images float32 (6, 28, 28) and labels (6,); "
+                                               "expected uint8"),
+], ids=["string labels", "bytes labels", "fractional labels", "nan label", "boolean labels",
+        "no images", "float pixels"])
+def test_an_mnist_npz_with_labels_that_are_no_classes_or_no_images_is_one_line(tmp_path, x, y,
+                                                                              why):
+    """Refused, not cast: a label 2.5 truncated would be class 2 without a word."""
+    path = write_mnist_npz(str(tmp_path), x, y)
+    with pytest.raises(DataError) as e:
+        load_mnist(str(tmp_path))
+    message = one_line(e.value)
+    assert message.startswith(f"MNIST: {path} cannot be read (") and why in message, message
+
+
+def test_whole_float_labels_are_read_as_classes(tmp_path):
+    write_mnist_npz(str(tmp_path), MNIST_X, np.array([0.0, 1, 2, 3, 9, 5]))
+    data = load_mnist(str(tmp_path))
+    assert data.labels.dtype == np.int32 and data.labels.tolist() == [0, 1, 2, 3, 9, 5]
+
+
+def test_mnist_idx_files_with_no_images_are_one_line(tmp_path):
+    write_mnist(str(tmp_path), n=0)
+    with pytest.raises(DataError, match=r"train-images-idx3-ubyte cannot be read \(it holds no "
+                       r"images\)"):
+        load_mnist(str(tmp_path))
+
+
+def write_cifar_batch(data_dir, name: str, data, labels) -> str:
+    path = os.path.join(data_dir, "cifar-10-batches-py", name)
+    with open(path, "wb") as f:
+        pickle.dump({b"data": data, b"labels": labels, b"batch_label": b"x"}, f)
+    return path
+
+
+@pytest.mark.parametrize("data, labels, why", [
+    (np.full((4, 3072), 200.0), [0, 1, 2, 3], "data float64 (4, 3072) and labels (4,); expected "
+                                              "uint8 (n, 3072) and (n,)"),
+    (np.full((4, 3072), 7, np.int64), [0, 1, 2, 3], "data int64 (4, 3072)"),
+    (np.full((4, 3072), 7, np.uint8), [0, 1.5, 2, 3], "labels of type float64 with 1.5 at index "
+                                                      "1, not a whole number"),
+    (np.full((4, 3072), 7, np.uint8), ["cat", "dog", "cat", "dog"], "labels of type <U3 "
+                                                                    "(strings)"),
+    (np.zeros((0, 3072), np.uint8), [], "it holds no images"),
+], ids=["float pixels", "int64 pixels", "fractional labels", "string labels", "no images"])
+def test_a_cifar_batch_with_other_pixels_labels_or_no_images_is_one_line(tmp_path, data, labels,
+                                                                         why):
+    """Pixels that are not uint8 (CIFAR-10's type, as MNIST's and ImageNet's) are refused, not
+    cast: 200.7 would be 200, and 300.0 would wrap around to 44."""
+    write_cifar(str(tmp_path), per_batch=4)
+    path = write_cifar_batch(str(tmp_path), "data_batch_4", data, labels)
+    with pytest.raises(DataError) as e:
+        load_cifar10(str(tmp_path))
+    message = one_line(e.value)
+    assert message.startswith(f"CIFAR-10: {path} cannot be read (") and why in message, message
+
+
+@pytest.mark.parametrize("data, labels, why", [
+    (np.full((3, 3072), 9.0, np.float32), np.array([1, 2, 3]), "data float32 (3, 3072)"),
+    (np.full((3, 3072), 9, np.uint8), np.array([1, 2.25, 3]), "with 2.25 at index 1"),
+    (np.full((3, 3072), 9, np.uint8), np.array(["a", "b", "c"]), "labels of type <U1 (strings)"),
+    (np.zeros((0, 3072), np.uint8), np.zeros(0, np.int64), "it holds no images"),
+], ids=["float pixels", "fractional labels", "string labels", "no images"])
+def test_an_imagenet_batch_with_other_pixels_labels_or_no_images_is_one_line(tmp_path, data,
+                                                                            labels, why):
+    write_imagenet32(str(tmp_path), per_class=1)
+    path = tmp_path / "imagenet32" / "train_data_batch_3.npz"
+    np.savez(path, data=data, labels=labels)
+    with pytest.raises(DataError) as e:
+        load_imagenet32(str(tmp_path))
+    message = one_line(e.value)
+    assert message.startswith(f"ImageNet 32x32: {path} cannot be read (") and why in message, \
+        message
