@@ -17,6 +17,7 @@ from continual.tasks import BENCHMARKS
 from interventions import EVENT_OPT_STATES, registry
 from launch.cli import define_dashboard_flags, define_method_flags, method_values
 from launch.config import (
+    MAX_SEEDS,
     RESUME_MODES,
     ConfigError,
     check_interventions,
@@ -281,6 +282,10 @@ def validate(cfg: ContinualConfig) -> None:
     if any(c <= 0 for c in cfg.channels) or len(cfg.channels) > MAX_CONV_BLOCKS:
         raise ConfigError(f"--channels must be 1 to {MAX_CONV_BLOCKS} positive widths (each "
                           f"block halves the 32 x 32 images), got {list(cfg.channels)}")
+    if cfg.num_seeds > MAX_SEEDS:
+        raise ConfigError(f"--num_seeds={cfg.num_seeds:,} is more than one process trains: at "
+                          f"most {MAX_SEEDS:,} (as the RL run scripts); split larger sets of seeds "
+                          "over several runs with --seed (launch/sweep.py --seeds_per_job does)")
     if cfg.seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {cfg.seed}")
     if not (cfg.learning_rate > 0 and math.isfinite(cfg.learning_rate)):

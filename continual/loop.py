@@ -42,7 +42,9 @@ from launch import diagnose as diag
 from launch.checkpoint import Checkpointer
 from launch.config import ConfigError
 from launch.events import event_apply
-from launch.rundir.files import RunFiles
+from launch.memory import sized
+from launch.resources import device_memory_bytes
+from launch.rundir.files import RunFiles, done_problem
 from launch.rundir.record import (
     WATCH_SETTINGS,
     CannotResume,
@@ -51,7 +53,7 @@ from launch.rundir.record import (
     read_config,
     with_earlier_versions,
 )
-from launch.rundir.resume import checkpoint_dirs, refuse_other_settings
+from launch.rundir.resume import CONTINUAL_PROGRESS, decide_resume
 
 HEADERS = {
     "tasks.csv": ("task", "seed", "online_accuracy", "final_accuracy", "loss"),
@@ -172,10 +174,67 @@ def continual_plan(learner: Learner, cfg: ContinualConfig) -> Plan:
         plan = make_plan(cfg.intervention, cfg.method_settings, learner, cfg.event_opt_state)
         state = jax.eval_shape(learner.init, jax.random.key(0))
         for bound in plan.bound:
-            check_parts(state, bound)
+            check_parts(state, bound, learner)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return plan
+
+
+FLOAT_BYTES = 4
+# What a gradient step holds per example besides its inputs, in multiples of its activations:
+# the forward pass's, kept for the backward pass, and their gradients (a rough upper bound).
+STEP_ACTIVATION_COPIES = 3
+
+
+def example_floats(config: LearnerConfig) -> int:
+    """float32 values of one example's input and activations through the network."""
+    inputs = math.prod(config.input_shape)
+    conv = 0
+    if config.network == "conv":
+        height, width = config.input_shape[:2]
+        for i, channels in enumerate(config.channels):
+            conv += channels * (height // 2**i) * (width // 2**i)
+    return inputs + conv + sum(config.hidden_dims) + config.num_classes
+
+
+def memory_parts(cfg: ContinualConfig, learner: Learner, plan: Plan,
+                 protocol: Protocol) -> dict[str, int]:
+    """{the flags that set it: bytes} of what a run holds at once on its device, estimated
+    before anything is allocated: the seeds' states, a training step's minibatch, the
+    diagnostics' batch, and an event's data."""
+    config, seeds = learner.config, cfg.num_seeds
+    one = example_floats(config) * FLOAT_BYTES * seeds
+    state = jax.eval_shape(learner.init, jax.random.key(0))
+    parts = {"--num_seeds (the seeds' parameters and optimizer states)":
+             seeds * sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)),
+             "--batch_size": STEP_ACTIVATION_COPIES * protocol.batch_size * one}
+    if cfg.diagnostics:
+        size = cfg.diagnostics_batch_size or cfg.batch_size
+        parts["--diagnostics_batch_size" if cfg.diagnostics_batch_size else "--batch_size (the "
+              "diagnostics' batch)"] = size * one
+    if plan.event is not None and plan.event.method.data_shape is not None:
+        method, config_ = plan.event.method, plan.event.config
+        batches, batch_size = method.data_shape(config_)
+        flags_ = [f"--{method.flag(name)}" for name in ("batches", "batch_size")
+                  if name in method.field_names]
+        parts[" and ".join(flags_) or f"--intervention={method.name}"] = (
+            batches * batch_size * one + STEP_ACTIVATION_COPIES * batch_size * one)
+    return parts
+
+
+def check_memory(cfg: ContinualConfig, learner: Learner, plan: Plan, protocol: Protocol) -> None:
+    """ConfigError, naming the flag of the largest part, where the run's estimated memory
+    (`memory_parts`) exceeds its device's: before anything is allocated or trained."""
+    parts = memory_parts(cfg, learner, plan, protocol)
+    device = jax.devices()[0]
+    have = device_memory_bytes(device)
+    need = sum(parts.values())
+    if have is None or need <= have:
+        return
+    flag, largest = max(parts.items(), key=lambda item: item[1])
+    raise ConfigError(f"the run needs about {sized(need)} of memory, more than the "
+                      f"{device.platform.upper()}'s {sized(have)}; {flag} sets {sized(largest)} "
+                      "of it: lower it")
 
 
 def make_inputs(protocol: Protocol, scale: float):
@@ -244,6 +303,7 @@ class ContinualRun:
         self.learner_config = learner_config(cfg, self.source)
         self.plan = continual_plan(make_learner(self.learner_config), cfg)
         self.learner = make_learner(self.learner_config, self.plan.hooks)
+        check_memory(cfg, self.learner, self.plan, self.protocol)
         self.init_keys = jnp.stack([jax.random.key(s) for s in cfg.seeds])
         self.init_fn = jax.jit(jax.vmap(self.learner.init))
         self.images = jnp.asarray(self.source.images)
@@ -261,7 +321,8 @@ class ContinualRun:
         self.checkpointer: Checkpointer | None = None
         if data is not None:
             refuse_other_data(cfg, self.source_info)
-            print(data_line(cfg, data), file=sys.stderr, flush=True)
+        # what the run script says before it trains (after every check has passed)
+        self.data_line = None if data is None else data_line(cfg, data)
 
     def task(self, number: int) -> Task:
         """Task `number` of every seed, drawn once (the event's data come from the next task)."""
@@ -288,7 +349,7 @@ class ContinualRun:
 
     def start(self) -> Progress:
         cfg = self.cfg
-        self.checkpointer = Checkpointer(f"{cfg.run_dir}/checkpoints")
+        self.checkpointer = Checkpointer(f"{cfg.run_dir}/checkpoints", unit="task")
         resume = bool(self.checkpointer.steps())
         self.files = RunFiles(cfg.run_dir, cfg.seeds, fresh=not resume, headers=HEADERS,
                               seed_files=False, dashboards=dashboards.for_continual(cfg))
@@ -395,22 +456,32 @@ IGNORED_ON_RESUME = ("resume", "progress", "versions", "earlier_versions", "logd
 
 
 def resume_state(cfg: ContinualConfig, record: dict) -> str:
-    """"fresh", "resume" or "done" for the run directory, as --resume asks; ConfigError when it
-    holds a run with other settings, or when the mode forbids what is there."""
+    """"fresh", "resume" or "done" for the run directory, as --resume asks: the RL runs'
+    decision (`decide_resume`: other settings, checkpoints that all failed earlier, a run that
+    diverged before its first checkpoint are refused), counted in tasks."""
     existing = read_config(cfg.run_dir)
-    steps = checkpoint_dirs(cfg.run_dir)[0]
+    there = None
     if existing is not None:
         method_defaults = {k: v for k, v in added_settings().items() if k in cfg.method_settings}
-        refuse_other_settings(cfg.run_dir, flat_settings({**method_defaults, **existing}),
-                              flat_settings(json.loads(json.dumps(record))), IGNORED_ON_RESUME)
-        if cfg.resume == "never":
-            raise ConfigError(f"--resume=never but {cfg.run_dir} already holds a run; use "
-                              "another --run_name or --logdir")
-    if cfg.resume == "must" and not steps:
-        raise ConfigError(f"--resume=must but there is no checkpoint in {cfg.run_dir}/checkpoints")
-    if existing is not None and os.path.exists(os.path.join(cfg.run_dir, "done.json")):
+        there = flat_settings({**method_defaults, **existing})
+    return decide_resume(cfg.run_dir, cfg.resume, there, flat_settings(json.loads(json.dumps(
+        record))), IGNORED_ON_RESUME, CONTINUAL_PROGRESS, lambda steps: _finished(cfg, steps))
+
+
+def _finished(cfg: ContinualConfig, steps: list[str]) -> str:
+    """"done" where done.json reads as a finished run's; else, said on stderr, the run resumes
+    from its newest checkpoint (after the last task, it writes done.json again)."""
+    path = os.path.join(cfg.run_dir, "done.json")
+    problem = done_problem(path)
+    if problem is None:
         return "done"
-    return "resume" if steps else "fresh"
+    if not steps:
+        raise ConfigError(f"{path} cannot be read ({problem}) and the run holds no checkpoint to "
+                          "tell where it stands: restore done.json, or move the run directory "
+                          "away to train it again")
+    print(f"warning: {path} cannot be read ({problem}), so the run is not taken as finished; "
+          "it resumes from its newest checkpoint", file=sys.stderr)
+    return "resume"
 
 
 __all__ = ["ContinualRun", "DataError", "Diverged", "Stopped", "load_source", "resume_state"]

@@ -82,6 +82,8 @@ def _main(argv: list[str]) -> None:
         state = resume_state(cfg, record)
         if f.dry_run:
             check_not_in_use(cfg.run_dir)
+            if run.data_line:
+                print(run.data_line, file=sys.stderr)
             print(f"settings checked; {cfg.run_dir} "
                   + {"fresh": "would be trained", "resume": "would resume from its last "
                      "checkpoint", "done": "has finished: nothing to do"}[state]
@@ -101,6 +103,8 @@ def _main(argv: list[str]) -> None:
                     dashboards_warning(cfg, given)):
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
+    if run.data_line:
+        print(run.data_line, file=sys.stderr)
     print(f"continual {cfg.task}: seeds {cfg.seeds}, {cfg.num_tasks} tasks of "
           f"{run.protocol.steps} steps, intervention {cfg.intervention} -> {cfg.run_dir}",
           file=sys.stderr, flush=True)

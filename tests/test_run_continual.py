@@ -161,6 +161,13 @@ def one_line_error(proc) -> str:
     (["--intervention=clip", "--event_opt_state=keep", "--clip_opt_state=reset"],
      ["--clip_opt_state", "--event_opt_state=keep", "give one"]),
     (["--log_to=tensorbord"], ["--log_to='tensorbord'", "tensorboard, wandb"]),
+    # sizes checked against the device's memory before anything trains, naming the flag
+    (["--num_seeds=2000000000"], ["--num_seeds=2,000,000,000", "at most 1,000"]),
+    (["--diagnostics_batch_size=1000000000"], ["--diagnostics_batch_size sets", "lower it"]),
+    (["--intervention=dash", "--dash_batch_size=1500000"], ["--dash_batch_size", "lower it"]),
+    # the methods' network checks (RL runs' too)
+    (["--intervention=dash", "--dash_parts=net.params.MLP_0"],
+     ["--dash_parts=net.params.MLP_0", "accepted: net.params"]),
 ])
 def test_bad_input_is_one_line(tmp_path, args, words):
     line = one_line_error(run("run_continual.py", *args, f"--logdir={tmp_path}", check=False))
@@ -214,3 +221,42 @@ def test_a_run_directory_holding_other_settings_is_refused(tmp_path):
                        r"num_tasks: 3 there, 4 now\); use another --run_name or --logdir"):
         resume_state(other, continual_config.record(other, learner_config(other,
                                                                           load_source(other))))
+
+
+def _tiny_run(tmp_path, *flags) -> str:
+    run("run_continual.py", "--task=random_label_digits", "--epochs=1", "--checkpoint_every=1",
+        "--diagnostics=false", f"--logdir={tmp_path}", *TINY, *flags)
+    return run_dir(tmp_path, "random_label_digits", "none-seed0")
+
+
+def test_a_run_whose_every_checkpoint_failed_is_refused_not_retrained(tmp_path):
+    """As for RL runs: checkpoints moved aside as corrupt and none left, a later launch refuses
+    the directory instead of training it again over its logs."""
+    folder = _tiny_run(tmp_path)
+    os.remove(os.path.join(folder, "done.json"))
+    checkpoints = os.path.join(folder, "checkpoints")
+    for name in os.listdir(checkpoints):
+        os.rename(os.path.join(checkpoints, name), os.path.join(checkpoints, f"corrupt_{name}"))
+    before = read_csv(os.path.join(folder, "tasks.csv"))
+    line = one_line_error(run("run_continual.py", "--task=random_label_digits", "--epochs=1",
+                              "--checkpoint_every=1", "--diagnostics=false",
+                              f"--logdir={tmp_path}", *TINY, check=False))
+    assert "every checkpoint" in line and "moved aside" in line, line
+    assert read_csv(os.path.join(folder, "tasks.csv")) == before
+
+
+def test_a_run_that_diverged_before_its_first_checkpoint_asks_for_resume_never(tmp_path):
+    folder = _tiny_run(tmp_path)
+    os.remove(os.path.join(folder, "done.json"))
+    for name in os.listdir(os.path.join(folder, "checkpoints")):
+        os.rename(os.path.join(folder, "checkpoints", name), os.path.join(tmp_path, name))
+    with open(os.path.join(folder, "diverged.json"), "w") as f:
+        json.dump({"task": 0, "seed": 1, "what": "the loss is not finite"}, f)
+    flags = ["--task=random_label_digits", "--epochs=1", "--checkpoint_every=1",
+             "--diagnostics=false", f"--logdir={tmp_path}", *TINY]
+    line = one_line_error(run("run_continual.py", *flags, check=False))
+    assert "diverged before its first checkpoint" in line and "at task 0 for seed 1" in line
+    assert "--resume=never" in line and "from task 0" in line, line
+    run("run_continual.py", *flags, "--resume=never")  # trains it again from the start
+    assert not os.path.exists(os.path.join(folder, "diverged.json"))
+    assert len(read_csv(os.path.join(folder, "tasks.csv"))) == 4  # 2 tasks x 2 seeds

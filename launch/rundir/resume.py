@@ -6,6 +6,8 @@ import csv
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import NamedTuple
 
 from launch.config import ConfigError, TrainConfig
 from launch.rundir.files import DIVERGED, done_problem
@@ -31,17 +33,18 @@ def checkpoint_dirs(run_dir: str) -> tuple[list[str], list[str]]:
     return [n for n in names if n.isdigit()], [n for n in names if n.startswith("corrupt_")]
 
 
-def _results_without_config(run_dir: str, has_checkpoint: bool) -> str:
+def _results_without_config(run_dir: str, has_checkpoint: bool, results: str) -> str:
     """What of a run a directory without config.json still holds ("" if nothing): checkpoints,
-    eval.csv rows. A run writes config.json before its first evaluation and checkpoint."""
+    rows of its results file (eval.csv, tasks.csv). A run writes config.json before its first
+    results and checkpoint."""
     held = ["checkpoints"] if has_checkpoint else []
     try:
-        with open(os.path.join(run_dir, "eval.csv")) as f:
+        with open(os.path.join(run_dir, results)) as f:
             rows = sum(1 for _ in f) - 1
     except OSError:
         rows = 0
     if rows > 0:
-        held.append(f"{rows} eval.csv row(s)")
+        held.append(f"{rows} {results} row(s)")
     return " and ".join(held)
 
 
@@ -57,49 +60,76 @@ def refuse_other_settings(run_dir: str, there: dict, now: dict, ignored: tuple[s
 
 
 def resume_state(cfg: TrainConfig, record: dict) -> str:
-    """"fresh", "resume" or "done" for this run directory, as `--resume` asks.
-
-    Raises ConfigError when the directory holds a run with other settings, or when the mode
-    forbids what is there. Compiles nothing.
-    """
+    """"fresh", "resume" or "done" for this RL run directory, as `--resume` asks
+    (`decide_resume`)."""
     existing = read_config(cfg.run_dir)
-    ckpt_dir = os.path.join(cfg.run_dir, "checkpoints")
-    steps, corrupt = checkpoint_dirs(cfg.run_dir)
+    there = (None if existing is None else
+             flat_settings(with_resolved_settings(with_added_settings(existing))))
+    now = flat_settings(with_resolved_settings(json.loads(json.dumps(record))))
+    return decide_resume(cfg.run_dir, cfg.resume, there, now, IGNORED_ON_RESUME,
+                         RL_PROGRESS, lambda steps: _finished_state(cfg, steps))
+
+
+class Progress(NamedTuple):
+    """How a kind of run counts its progress: the unit of its checkpoints ("env step",
+    "task"), the key diverged.json gives it under, and the file of its results."""
+
+    unit: str
+    key: str
+    results: str
+
+
+RL_PROGRESS = Progress("env step", "env_step", "eval.csv")
+CONTINUAL_PROGRESS = Progress("task", "task", "tasks.csv")
+
+
+def decide_resume(run_dir: str, resume: str, there: dict | None, now: dict,
+                  ignored: tuple[str, ...], progress: Progress,
+                  finished: Callable[[list[str]], str]) -> str:
+    """"fresh", "resume" or "done" for a run directory, as `resume` (--resume) asks, for RL and
+    continual runs alike. `there` and `now` are the flat settings of its config.json (None
+    where it has none) and of this command, `finished(checkpoint steps)` the state of a run
+    with a done.json.
+
+    Raises ConfigError when the directory holds a run with other settings, results without a
+    config.json, checkpoints that all failed to restore earlier, or a run that diverged before
+    its first checkpoint (which --resume=never trains again), or when the mode forbids what is
+    there. Compiles nothing.
+    """
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+    steps, corrupt = checkpoint_dirs(run_dir)
     has_checkpoint = bool(steps)
-    if existing is None:
-        orphans = _results_without_config(cfg.run_dir, has_checkpoint)
+    if there is None:
+        orphans = _results_without_config(run_dir, has_checkpoint, progress.results)
         if orphans:
-            raise ConfigError(f"{cfg.run_dir} holds {orphans} but no config.json, so its "
+            raise ConfigError(f"{run_dir} holds {orphans} but no config.json, so its "
                               "settings cannot be checked against these: restore its config.json, "
                               "or use another --run_name or --logdir")
-    if existing is not None:
-        refuse_other_settings(
-            cfg.run_dir, flat_settings(with_resolved_settings(with_added_settings(existing))),
-            flat_settings(with_resolved_settings(json.loads(json.dumps(record)))),
-            IGNORED_ON_RESUME)
-    diverged = (_diverged_record(cfg.run_dir)
-                if existing is not None and not has_checkpoint and not corrupt else None)
-    if cfg.resume == "never" and existing is not None:
+    else:
+        refuse_other_settings(run_dir, there, now, ignored)
+    diverged = (_diverged_record(run_dir, progress)
+                if there is not None and not has_checkpoint and not corrupt else None)
+    if resume == "never" and there is not None:
         if diverged is not None:  # nothing to resume: it trains again from the start
             return "fresh"
-        raise ConfigError(f"--resume=never but {cfg.run_dir} already holds a run; "
+        raise ConfigError(f"--resume=never but {run_dir} already holds a run; "
                           "use another --run_name or --logdir")
     if corrupt and not has_checkpoint:
-        raise ConfigError(f"every checkpoint of {cfg.run_dir} failed to restore earlier and was "
+        raise ConfigError(f"every checkpoint of {run_dir} failed to restore earlier and was "
                           f"moved aside ({', '.join(corrupt)}); starting over would overwrite its "
                           "logs, so move the run directory away to start it again")
     if diverged is not None:
-        raise ConfigError(f"{cfg.run_dir} diverged before its first checkpoint ({diverged}); "
-                          "training it again starts it over from env step 0, overwriting its "
-                          "logs: run the same command with --resume=never to do that")
-    if cfg.resume == "must" and not has_checkpoint:
+        raise ConfigError(f"{run_dir} diverged before its first checkpoint ({diverged}); "
+                          f"training it again starts it over from {progress.unit} 0, overwriting "
+                          "its logs: run the same command with --resume=never to do that")
+    if resume == "must" and not has_checkpoint:
         raise ConfigError(f"--resume=must but there is no checkpoint in {ckpt_dir}")
-    if existing is not None and os.path.exists(os.path.join(cfg.run_dir, "done.json")):
-        return _finished_state(cfg, steps)
+    if there is not None and os.path.exists(os.path.join(run_dir, "done.json")):
+        return finished(steps)
     return "resume" if has_checkpoint else "fresh"
 
 
-def _diverged_record(run_dir: str) -> str | None:
+def _diverged_record(run_dir: str, progress: Progress) -> str | None:
     """What diverged.json says (its cause, step and seed), or None where there is none."""
     path = os.path.join(run_dir, DIVERGED)
     if not os.path.exists(path):
@@ -107,7 +137,8 @@ def _diverged_record(run_dir: str) -> str | None:
     try:
         with open(path) as f:
             record = json.load(f)
-        return f"{record['what']} at env step {record['env_step']} for seed {record['seed']}"
+        return (f"{record['what']} at {progress.unit} {record[progress.key]} for seed "
+                f"{record['seed']}")
     except (OSError, ValueError, KeyError, TypeError):  # written by hand, cut short
         return f"{path} records it"
 
