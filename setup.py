@@ -40,8 +40,9 @@ setup(
     version="0.1.0",
     description="SAC and BRO in JAX/Flax with SingularClip and resets, for studying plasticity.",
     python_requires=">=3.10",
-    packages=find_packages(include=["agents*", "networks*", "interventions*", "replay*",
-                                    "envs*", "launch*", "analysis*", "continual*"]),
+    packages=find_packages(include=["numerics*", "learners*", "agents*", "networks*",
+                                    "interventions*", "replay*", "envs*", "launch*", "analysis*",
+                                    "continual*"]),
     install_requires=RUNTIME,
     extras_require={"test": TEST, "logging": LOGGING, "envpool": ENVPOOL},
 )

@@ -23,16 +23,14 @@ from flax.training.train_state import TrainState
 
 from agents.common import (
     FLOAT32_LOG_RANGE,
-    Batch,
     Temperature,
-    after_step,
     check_ranges,
-    penalized,
     polyak,
     sow_features,
-    train_state,
-    with_penalty,
 )
+from learners.batch import Batch
+from learners.hooks import after_step, penalized, with_penalty
+from learners.train_state import train_state
 from networks import BroActor, Ensemble, OptimisticActor, QuantileCritic, tanh_gaussian_sample
 
 FLOAT32_TINY = float(jnp.finfo(jnp.float32).tiny)

@@ -1,16 +1,14 @@
-"""Pieces the agents share: the batch type, the temperature module, Polyak averaging."""
+"""Pieces the agents share: their config checks, the temperature module, Polyak averaging, the
+sown features of a network."""
 
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import NamedTuple
 
 import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
-from flax.training.train_state import TrainState
 
 FLOAT32_LOG_RANGE = 80.0  # exp(+-80) is still a finite, normal float32
 # A tanh-squashed policy's entropy is at most |A| ln 2 (uniform on [-1, 1]^|A|): a target entropy
@@ -74,16 +72,6 @@ def check_ranges(config, positive: tuple[str, ...], unit_b1: tuple[str, ...] = (
                          f"{config.target_entropy_scale}")
 
 
-class Batch(NamedTuple):
-    """Transitions; every field has the same leading axes, e.g. `(batch,)` or `(utd, batch)`."""
-
-    observations: jax.Array
-    actions: jax.Array
-    rewards: jax.Array
-    next_observations: jax.Array
-    masks: jax.Array
-
-
 class Temperature(nn.Module):
     """A learned positive scalar stored as its logarithm."""
 
@@ -93,33 +81,6 @@ class Temperature(nn.Module):
     def __call__(self) -> jax.Array:
         log_value = self.param("log_value", nn.initializers.constant(jnp.log(self.init_value)), ())
         return jnp.exp(log_value)
-
-
-def penalized(loss_fn: Callable, hooks, path: str, plasticity) -> Callable:
-    """`loss_fn: params -> (loss, aux)` with the intervention hooks' loss terms for the network
-    whose parameters are at state path `path` added: `params -> (loss + penalty, (aux, loss,
-    penalty))`; penalty is None (and the loss as it was) where `hooks` has no loss terms."""
-
-    def fn(params):
-        loss, aux = loss_fn(params)
-        if hooks is None or hooks.penalty is None:
-            return loss, (aux, loss, None)
-        penalty = hooks.penalty(path, params, plasticity)
-        return loss + penalty, (aux, loss, penalty)
-
-    return fn
-
-
-def with_penalty(info: dict, name: str, penalty) -> dict:
-    """Metrics `info` with `<name>_penalty` added where a loss term was applied."""
-    return info if penalty is None else {**info, f"{name}_penalty": penalty}
-
-
-def after_step(state, hooks):
-    """The hooks' per-step projections and state updates after one gradient step, if any."""
-    if hooks is None or hooks.after_step is None:
-        return state
-    return hooks.after_step(state)
 
 
 def polyak(online, target, tau: float):
@@ -132,13 +93,3 @@ def sow_features(apply_fn: Callable, params, *inputs: jax.Array) -> dict[str, ja
     _, state = apply_fn({"params": params}, *inputs, mutable=["intermediates"])
     flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(state["intermediates"]), sep="/")
     return {path: value[0] for path, value in flat.items()}
-
-
-def train_state(apply_fn: Callable, params, tx: optax.GradientTransformation) -> TrainState:
-    """A TrainState whose step counter is a strongly typed int32 array.
-
-    `TrainState.create` stores the Python int 0, which jit caches differently from the array
-    the first update returns; that would compile the update twice.
-    """
-    state = TrainState.create(apply_fn=apply_fn, params=params, tx=tx)
-    return state.replace(step=jnp.zeros((), jnp.int32))

@@ -17,17 +17,15 @@ import optax
 from flax.training.train_state import TrainState
 
 from agents.common import (
-    Batch,
     Temperature,
-    after_step,
     check_ranges,
     check_size,
-    penalized,
     polyak,
     sow_features,
-    train_state,
-    with_penalty,
 )
+from learners.batch import Batch
+from learners.hooks import after_step, penalized, with_penalty
+from learners.train_state import train_state
 from networks import Critic, Ensemble, TanhGaussianPolicy, tanh_gaussian_sample
 
 

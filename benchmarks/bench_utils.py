@@ -27,9 +27,9 @@ import numpy as np
 from absl import logging
 
 from agents import make_agent
-from agents.common import Batch
 from launch.config import TrainConfig
 from launch.train import Trainer, make_trainer
+from learners.batch import Batch
 
 
 class Product(collections.namedtuple("Product", "lhs rhs dims")):

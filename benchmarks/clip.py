@@ -30,10 +30,10 @@ import numpy as np
 from recording import record
 
 from interventions import DEFAULT_NS_STEPS, feature_metrics, singular_clip, weight_metrics
-from interventions.linalg import extreme_singular_values, singular_values
 from interventions.newton_schulz import ns_clip_matrices
 from interventions.singular_clip import svd_clip_matrices
 from networks.common import gaussian_q, thin_q
+from numerics.linalg import extreme_singular_values, singular_values
 
 SHAPES = ((128, 128), (256, 256), (512, 512), (1024, 1024), (256, 512))
 QUICK_SHAPES = ((128, 128), (256, 512))
@@ -138,7 +138,7 @@ def method_times(shapes, repeats: int, c: float) -> list[tuple]:
 def stack_times(repeats: int, c: float, seeds: int = 10, shape=(784, 256)) -> list[tuple]:
     """The SVD method's clip of one matrix per seed (condition number 4, as between task
     boundaries), vmapped over the seeds, against the same matrices clipped one call at a time:
-    what issuing their LAPACK calls side by side saves (interventions/linalg.py)."""
+    what issuing their LAPACK calls side by side saves (numerics/linalg.py)."""
     rng = np.random.default_rng(1)
     w = jnp.asarray(np.stack([conditioned(rng, shape) for _ in range(seeds)]))
     one = jax.jit(lambda w: svd_clip_matrices(w, 1.0 / c, c))

@@ -5,10 +5,10 @@
     python benchmarks/compile_times.py --parts=run --methods=reset,redo
 
 (1) draws: XLA compiling a seed-vmapped `jax.random.normal(key, (m, n))` against the same numbers
-drawn flat and reshaped (`interventions.rng.normal`), for a classifier head's (256, 10) and a
+drawn flat and reshaped (`numerics.rng.normal`), for a classifier head's (256, 10) and a
 hidden layer's (784, 256), 10 keys.
 (2) bisection: the two extreme eigenvalues of ten 256 x 256 symmetric tridiagonal matrices (the
-Gram route of `interventions.linalg.extreme_singular_values`) by two
+Gram route of `numerics.linalg.extreme_singular_values`) by two
 `jax.scipy.linalg.eigh_tridiagonal` calls against `linalg._tridiagonal_extremes`' multisection:
 compile seconds, run time and largest error against float64 over lambda_max; and compiling
 `extreme_singular_values` of ten 784 x 256 matrices by the Gram route against by SVDs.
@@ -45,8 +45,9 @@ from recording import record
 
 from agents import make_agent
 from continual.tasks import DIAGNOSTICS
-from interventions import linalg, registered, rng
-from interventions.linalg import (
+from interventions import registered
+from numerics import linalg, rng
+from numerics.linalg import (
     EXTREMES_GRAM_MIN_SIDE,
     _tridiagonal_extremes,
     extreme_singular_values,

@@ -27,10 +27,10 @@ from bench_utils import xla_flags  # sets the XLA:CPU options training runs with
 from recording import record
 
 from agents import make_agent
-from agents.common import Batch
 from interventions import EventContext, clip_event_report, registered
 from launch.config import TrainConfig
 from launch.events import build_intervention, intervention_plan, with_hooks
+from learners.batch import Batch
 
 OBS_DIM, ACT_DIM = 67, 21  # humanoid
 # The table's columns and yardsticks, as the recorded rows name them.

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-from agents.common import after_step, penalized, train_state, with_penalty
+from learners.hooks import after_step, penalized, with_penalty
+from learners.train_state import train_state
 from networks.classifiers import Classifier, ConvClassifier
 from networks.common import RELU_GAIN
 from networks.inits import DEFAULT_INIT, INITS

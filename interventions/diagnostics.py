@@ -10,22 +10,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from interventions.linalg import (
+from interventions.matrices import weight_matrices
+from learners.features import RESIDUAL
+from numerics.linalg import (
     EXTREMES_GRAM_MIN_SIDE,
     extreme_singular_values,
     singular_values,
 )
-from interventions.matrices import weight_matrices
 
 PyTree = Any
 Metrics = dict[str, dict[str, jax.Array]]
 Extremes = Mapping[str, tuple[jax.Array, jax.Array]]  # {layer: (sigma_max, sigma_min)}
 SRANK_THRESHOLD = 0.99
 DORMANT_TAUS = (0.0, 0.025)
-# The name a network records a residual stream under (BRO's block outputs, `x + LN(...)`, with
-# no activation after the sum): srank applies to it, dormant ratios, defined on activations
-# (Sokar et al. 2023: a unit's mean |output| after its activation), do not.
-RESIDUAL = "residual"
 
 
 def _zero_extremes(w: jax.Array) -> tuple[jax.Array, jax.Array]:

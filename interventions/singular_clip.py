@@ -10,9 +10,9 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from interventions.linalg import gram_eigh, stacked
 from interventions.matrices import map_weight_matrices
 from interventions.newton_schulz import DEFAULT_NS_STEPS, ns_clip_matrices
+from numerics.linalg import gram_eigh, stacked
 
 PyTree = Any
 Sides = Literal["both", "upper", "lower"]

@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from interventions.diagnostics import RESIDUAL
 from interventions.matrices import KERNEL_KEY, _key_name
+from learners.features import RESIDUAL
 
 PyTree = Any
 NORM_OF = {"Conv": "BatchNorm", "Dense": "LayerNorm"}  # the normalisation each kind pairs with

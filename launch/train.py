@@ -21,7 +21,6 @@ import numpy as np
 from tqdm import tqdm
 
 from agents import Agent
-from agents.common import Batch
 from envs import make_env, make_vector_env
 from launch import ctrl_c, dashboards
 from launch import diagnose as diag
@@ -31,6 +30,7 @@ from launch.events import Intervention, build_intervention, intervention_plan, w
 from launch.resources import check_fits
 from launch.rundir.files import LOSS_WARNINGS, RunFiles, read_loss_warnings
 from launch.rundir.record import CannotResume, config_record, with_earlier_versions, write_json
+from learners.batch import Batch
 from replay import ReplayBuffer
 
 

@@ -4,14 +4,14 @@ Every hidden feature is recorded with `sow("intermediates", ...)`: the stem's Re
 (`hidden_0`), each block's inner ReLU output (`block_i/relu`) and each block's output, the
 residual stream (`block_i/residual`, a sum with no activation after it), so the plasticity
 diagnostics read the same features for any depth; they give the residual stream an srank but
-no dormant ratios (`interventions.diagnostics.RESIDUAL`).
+no dormant ratios (`learners.features.RESIDUAL`).
 """
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from interventions.diagnostics import RESIDUAL
+from learners.features import RESIDUAL
 from networks.common import RELU_GAIN, default_init
 from networks.layers import dense_cls, layer_norm_cls, linear_heads
 from networks.policies import squash_log_std

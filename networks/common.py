@@ -7,9 +7,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from interventions import rng
-from interventions.linalg import gram, stacked, unrolled
 from networks.layers import dense_cls, layer_norm_cls
+from numerics import rng
+from numerics.linalg import gram, stacked, unrolled
 
 
 @stacked
@@ -23,7 +23,7 @@ def thin_q(z: jax.Array) -> jax.Array:
     LAPACK's QR one matrix at a time, also under jax.vmap: jaxlib 0.10.2's batched CPU LAPACK
     kernels block XLA's thread pool and can deadlock when several run at once (an ensemble's or
     the seed axis' vmapped init); a single matrix runs inline, and the QRs of every vmapped seed
-    and ensemble member are issued side by side (interventions/linalg.py). `python
+    and ensemble member are issued side by side (numerics/linalg.py). `python
     benchmarks/events.py --events reset` times a SAC init ("its fresh init").
     """
     q, r = _qr(z[None])

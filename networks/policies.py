@@ -6,9 +6,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from interventions import rng
 from networks.common import MLP, RELU_GAIN, default_init
 from networks.layers import linear_heads
+from numerics import rng
 
 
 def squash_log_std(raw: jax.Array, low: float, high: float) -> jax.Array:

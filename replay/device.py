@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents.common import Batch
+from learners.batch import Batch
 
 MAX_DEVICE_CAPACITY = 2**31 - 1  # transitions per seed: the ring's counters are int32
 _SLOT_ARRAYS = ("observations", "actions", "rewards", "next_observations", "terminated")

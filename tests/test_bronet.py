@@ -140,7 +140,7 @@ def test_only_tall_large_draws_take_cholesky_qr():
 
 
 def test_a_vmapped_init_calls_lapack_on_one_matrix_at_a_time():
-    """Batched CPU LAPACK calls can deadlock (interventions/linalg.py): the seeds' QRs are one
+    """Batched CPU LAPACK calls can deadlock (numerics/linalg.py): the seeds' QRs are one
     call per matrix, side by side, and in a loop past linalg.MAX_UNROLLED matrices or below
     linalg.MIN_UNROLLED_ENTRIES entries."""
     for seeds, shape in ((3, (80, 64)), (40, (80, 64)), (3, (9, 5))):

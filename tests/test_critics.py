@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.common import Batch
 from agents.sac import SACConfig, init, networks, update
+from learners.batch import Batch
 from networks import Critic, Ensemble
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from agents import make_agent
-from agents.common import Batch
 from agents.sac import SACConfig
 from interventions import (
     clip_event_report,
@@ -25,6 +24,7 @@ from interventions import (
 from interventions.diagnostics import DORMANT_TAUS, RESIDUAL, SRANK_THRESHOLD
 from launch.config import TrainConfig
 from launch.diagnose import make_diagnostics, rows
+from learners.batch import Batch
 
 RTOL = 1e-4
 

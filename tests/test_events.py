@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from agents import make_agent
-from agents.common import Batch
 from agents.sac import SACConfig
 from interventions import DEFAULT_NS_STEPS, clip_event_report, ns_clip_matrices
 from interventions.diagnostics import shared_layers
@@ -16,6 +15,7 @@ from launch.config import TrainConfig
 from launch.diagnose import make_diagnostics
 from launch.diagnose import rows as rows_of
 from launch.events import build_intervention, intervention_plan
+from learners.batch import Batch
 from tests.helpers.trees import assert_bit_identical
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out

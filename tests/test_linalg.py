@@ -1,4 +1,4 @@
-"""interventions.linalg's extreme singular values against a float64 numpy SVD: the Gram route
+"""numerics.linalg's extreme singular values against a float64 numpy SVD: the Gram route
 for well-conditioned stacks, the SVD for any stack with an ill-conditioned matrix."""
 
 import importlib
@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from interventions.linalg import EXTREMES_GRAM_MAX_COND, extreme_singular_values
+from numerics.linalg import EXTREMES_GRAM_MAX_COND, extreme_singular_values
 
-linalg = importlib.import_module("interventions.linalg")
+linalg = importlib.import_module("numerics.linalg")
 
 
 @pytest.fixture(autouse=True)
@@ -124,7 +124,7 @@ def test_the_check_skips_the_eigendecompositions_of_a_stack_past_the_bound():
 
 @pytest.mark.parametrize("seeds", [3, 40])
 def test_vmapped_extremes_call_lapack_on_one_matrix_at_a_time(seeds):
-    """Batched CPU LAPACK calls can deadlock (interventions/linalg.py): the tridiagonal
+    """Batched CPU LAPACK calls can deadlock (numerics/linalg.py): the tridiagonal
     reductions and SVDs of every seed's matrices are one call per matrix (side by side, or in a
     loop past linalg.MAX_UNROLLED)."""
     w = jnp.ones((seeds, 2, 80, 64), jnp.float32)  # seeds x an ensemble of two 80 x 64 matrices

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from agents import make_agent
-from agents.common import Batch
 from agents.sac import SACConfig
 from analysis.grouping import result_settings
 from interventions import Method, Settings, make_plan, registered, registry, setting
 from interventions.registry import parts_setting
 from launch.config import TrainConfig
 from launch.rundir.record import added_settings, with_added_settings
+from learners.batch import Batch
 from tests.helpers.runs import FAST_SAC, REPO, read_csv
 from tests.helpers.toy_intervention import CLAMP, SCALE_BIAS, register_toys
 

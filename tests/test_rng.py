@@ -1,10 +1,10 @@
-"""interventions.rng draws the same numbers as jax.random, compiled differently."""
+"""numerics.rng draws the same numbers as jax.random, compiled differently."""
 
 import jax
 import jax.numpy as jnp
 import pytest
 
-from interventions import rng
+from numerics import rng
 
 
 @pytest.mark.parametrize("shape", [(256, 10), (3, 5, 7), (6,), (), (0, 4)])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agents import make_agent, sac
-from agents.common import Batch
+from learners.batch import Batch
 from tests.helpers import batches
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out

@@ -297,7 +297,7 @@ def test_a_vmapped_clip_takes_the_gram_route_only_when_every_seed_is_well_condit
 
 @pytest.mark.parametrize("seeds", [3, 40])
 def test_a_vmapped_clip_calls_lapack_on_one_matrix_at_a_time(seeds):
-    """Batched CPU LAPACK calls can deadlock (interventions/linalg.py): the seeds' Cholesky
+    """Batched CPU LAPACK calls can deadlock (numerics/linalg.py): the seeds' Cholesky
     factors and eigendecompositions are one call per matrix, side by side (or in a loop past
     linalg.MAX_UNROLLED)."""
     w = jnp.ones((seeds, 2, 80, 64), jnp.float32)  # seeds x an ensemble of two 80 x 64 matrices

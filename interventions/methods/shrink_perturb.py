@@ -8,7 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from interventions import layer_roles, rng
+from interventions import layer_roles
 from interventions.methods.clip import OPT_STATES, initial_opt_state
 from interventions.parts import get_part, optimizer_owners, set_part
 from interventions.registry import (
@@ -19,6 +19,7 @@ from interventions.registry import (
     parts_setting,
     setting,
 )
+from numerics import rng
 
 NOISES = ("fresh", "gaussian")
 LEAVES = ("all", "layers")

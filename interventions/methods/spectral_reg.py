@@ -16,9 +16,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from interventions import layer_roles, rng
+from interventions import layer_roles
 from interventions.matrices import KERNEL_KEY, matrix_shape
 from interventions.registry import Method, SettingError, Settings, parts_setting, setting
+from numerics import rng
 
 SCALE_KEY, BIAS_KEY = "scale", "bias"  # a normalization layer's scale; biases and offsets
 

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from agents.common import Batch
+from learners.batch import Batch
 
 
 def random_batch(key: jax.Array, utd: int, batch: int, obs: int, act: int) -> Batch:

@@ -1,0 +1,17 @@
+"""The TrainState (parameters, optimizer and its state) every learner trains its networks in."""
+
+from collections.abc import Callable
+
+import jax.numpy as jnp
+import optax
+from flax.training.train_state import TrainState
+
+
+def train_state(apply_fn: Callable, params, tx: optax.GradientTransformation) -> TrainState:
+    """A TrainState whose step counter is a strongly typed int32 array.
+
+    `TrainState.create` stores the Python int 0, which jit caches differently from the array
+    the first update returns; that would compile the update twice.
+    """
+    state = TrainState.create(apply_fn=apply_fn, params=params, tx=tx)
+    return state.replace(step=jnp.zeros((), jnp.int32))
