@@ -42,6 +42,8 @@ flags.DEFINE_string("logdir", "runs/continual_comparison", "Results tree of the 
 flags.DEFINE_integer("max_parallel", 1, "Jobs at once (each uses every core it gets); 0: as "
                      "many as the machine holds.")
 flags.DEFINE_integer("reps", 10_000, "Bootstrap repetitions of the tables' intervals.")
+flags.DEFINE_boolean("retry_failed", True, "Train the sweep's failed jobs again (the sweep's "
+                     "--retry_failed); --noretry_failed leaves them alone.")
 flags.DEFINE_list("group_by", [], "aggregate_continual.py's --group_by: more config.json keys "
                   "that split the runs into methods (e.g. clip_c,clip_sides).")
 flags.DEFINE_list("settings", [], "aggregate_continual.py's --settings: config.json keys within "
@@ -92,6 +94,8 @@ def sweep_command(extra: list[str]) -> list[str]:
     if FLAGS.clip_cs:
         sweep.append(f"--clip_cs={','.join(FLAGS.clip_cs)}")
     sweep += [f"--vary={axis}" for axis in FLAGS.vary]
+    if FLAGS.retry_failed:
+        sweep.append("--retry_failed")
     return sweep + (["--", *extra] if extra else [])
 
 

@@ -349,7 +349,9 @@ def test_compare_continual_passes_vary_group_by_and_settings_on(tmp_path):
                    "--seeds=2", "--reps=100", "--", "--num_tasks=2")
     assert proc.returncode == 0, proc.stderr
     sweep_line, *aggregate = proc.stdout.splitlines()
-    assert " --vary=clip_c=2,4 --vary=clip_sides=both,upper -- --num_tasks=2" in sweep_line
+    # failed jobs are trained again: a relaunch of the comparison finishes it
+    assert (" --vary=clip_c=2,4 --vary=clip_sides=both,upper --retry_failed -- --num_tasks=2"
+            in sweep_line)
     assert "--agent=continual --envs=permuted_digits,random_label_digits" in sweep_line
     assert len(aggregate) == 2
     for task, line in zip(("permuted_digits", "random_label_digits"), aggregate, strict=True):
@@ -359,6 +361,8 @@ def test_compare_continual_passes_vary_group_by_and_settings_on(tmp_path):
     assert plain.returncode == 0, plain.stderr
     assert "--vary" not in plain.stdout and "--group_by" not in plain.stdout
     assert "--settings" not in plain.stdout
+    left = compare(f"--logdir={tmp_path}", "--tasks=permuted_digits", "--noretry_failed")
+    assert "--retry_failed" not in left.stdout
 
 
 @pytest.mark.parametrize("args, message", [
