@@ -32,8 +32,9 @@ ENVPOOL = ["envpool==1.2.5"]
 # pandas 3, hence RUNTIME's pandas pin.
 # pytest-xdist runs the suite in one worker per core (`-n 2`): it is mostly single-threaded
 # Python (the run scripts' subprocesses, compilation), so one process keeps about one core busy.
+# import-linter checks the packages' layers (.importlinter) in .ci/run.
 TEST = ["pytest==9.0.3", "pytest-xdist==3.8.0", "hypothesis==6.155.2", "rliable==1.2.0",
-        "ruff==0.17.6", *LOGGING, *ENVPOOL]
+        "ruff==0.17.6", "import-linter==2.17", *LOGGING, *ENVPOOL]
 
 setup(
     name="singularclip-rl",
