@@ -15,12 +15,17 @@ file is detected on restore.
 Every array is verified on restore: `meta` records a CRC-32 of each device array's bytes, and
 one of `meta` itself, written with the checkpoint (the host arrays carry theirs in their
 index). A checkpoint whose bytes changed since (a flipped bit on disk, a file edited) is
-damaged like a truncated one: named, moved aside, and the one before it is restored.
+damaged like a truncated one: named, moved aside, and the one before it is restored, with one
+warning line: the reads orbax abandoned in the failed restore (coroutines, tensorstore's
+callbacks into its closed event loop) are dropped quietly, not reported as hundreds of lines of
+tracebacks (`quiet_abandoned_reads`).
 """
 
 import contextlib
 import dataclasses
+import gc
 import json
+import logging
 import os
 import re
 import shutil
@@ -174,6 +179,74 @@ class CheckpointCorrupt(CannotResume):
     """No checkpoint in the directory could be restored."""
 
 
+ORBAX_SOURCE = os.path.dirname(ocp.__file__)  # where orbax's coroutines are defined
+
+
+def _orbax_coroutine(thing: Any) -> bool:
+    code = getattr(thing, "cr_code", None)
+    return code is not None and code.co_filename.startswith(ORBAX_SOURCE)
+
+
+def _closed_loop_callback(unraisable: Any) -> bool:
+    """asyncio's RuntimeError("Event loop is closed") from a call_soon_threadsafe that no Python
+    code called: tensorstore's thread finishing a read for an orbax restore that has ended."""
+    tb = unraisable.exc_traceback
+    return (unraisable.exc_type is RuntimeError and str(unraisable.exc_value) ==
+            "Event loop is closed" and tb is not None and
+            tb.tb_frame.f_code.co_name == "call_soon_threadsafe")
+
+
+def _not_an_orbax_task_exception(record: logging.LogRecord) -> bool:
+    """asyncio's logger, less "Task exception was never retrieved" of an orbax coroutine."""
+    message = record.getMessage()
+    return not (message.startswith("Task exception was never retrieved") and
+                ORBAX_SOURCE in message)
+
+
+def quiet_abandoned_reads() -> None:
+    """Drop what orbax's abandoned reads report after a restore fails (a damaged checkpoint,
+    which restore_latest reports in one line): when one array cannot be read, orbax's restore
+    ends with the others' read coroutines still pending. Garbage-collected later, each raises
+    (orbax wraps even the GeneratorExit that closes it) as an "Exception ignored in:
+    <coroutine object ...>" with the array's whole TensorStore spec, some 60 lines each;
+    tensorstore's threads finishing those reads call into the closed event loop ("Event loop
+    is closed"), and finished tasks nobody awaited are logged. Only these are dropped: other
+    unraisable exceptions and asyncio errors are shown as before. Installed once per process
+    (sys.unraisablehook and a filter on the asyncio logger)."""
+    if getattr(sys.unraisablehook, "quiets_orbax", False):
+        return
+    shown = sys.unraisablehook
+
+    def quiet(unraisable) -> None:
+        if _orbax_coroutine(unraisable.object) or _closed_loop_callback(unraisable):
+            return
+        shown(unraisable)
+
+    quiet.quiets_orbax = True
+    sys.unraisablehook = quiet
+    asyncio_logger = logging.getLogger("asyncio")
+    if _not_an_orbax_task_exception not in asyncio_logger.filters:
+        asyncio_logger.addFilter(_not_an_orbax_task_exception)
+
+
+def _shortened(text: str, most: int = 400) -> str:
+    """`text`, its middle left out where it is longer than `most` characters: tensorstore's
+    errors name the file's path at the start and what is wrong with it at the end."""
+    if len(text) <= most:
+        return text
+    return f"{text[:most // 2 - 3]} ... {text[-(most // 2 - 2):]}"
+
+
+def _reason(error: BaseException) -> BaseException:
+    """The error that says what is wrong with a checkpoint's file: orbax wraps tensorstore's
+    ("OUT_OF_RANGE: Error reading ... value of size 0") in one that names the array's index
+    and prints its whole spec."""
+    while isinstance(error.__cause__, Exception) and str(error).startswith(
+            "Encountered error while reading array index"):
+        error = error.__cause__
+    return error
+
+
 @contextlib.contextmanager
 def interrupts_deferred():
     """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block has finished, then
@@ -207,10 +280,18 @@ def interrupts_deferred():
 HALF_WRITTEN = re.compile(r"(\d+)\.orbax-checkpoint-tmp")  # orbax's name while it writes
 
 
-class Checkpointer:
-    """Saves and restores `(device, host, meta)` triples by env step in `directory`."""
+UNITS = ("env step", "task")  # what a checkpoint's step counts: env steps, or tasks done
 
-    def __init__(self, directory: str, keep: int = 2):
+
+class Checkpointer:
+    """Saves and restores `(device, host, meta)` triples by step in `directory`: an RL run's
+    env step, or (`unit="task"`) a continual run's tasks done, which its messages name as the
+    task the checkpoint follows."""
+
+    def __init__(self, directory: str, keep: int = 2, unit: str = "env step"):
+        if unit not in UNITS:
+            raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+        self.unit = unit
         self.directory = os.path.abspath(directory)
         # Checkpoints a process stopped in the middle of writing, which orbax deletes on opening.
         names = os.listdir(self.directory) if os.path.isdir(self.directory) else []
@@ -224,6 +305,11 @@ class Checkpointer:
 
     def steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
+
+    def at(self, step: int) -> str:
+        """Where the checkpoint of `step` is, for messages: "at env step 250", or for a
+        continual run, whose step counts the tasks done, "after task 2" (of step 3)."""
+        return f"after task {step - 1}" if self.unit == "task" else f"at env step {step}"
 
     def save(self, env_step: int, device, host: dict[str, np.ndarray], meta: dict) -> None:
         """Write the checkpoint of `env_step`; a Ctrl-C meanwhile stops the run after it. The
@@ -248,7 +334,7 @@ class Checkpointer:
                 if not ("os_error_code=" in str(e) or any(code in str(e) for code in IO_FAILURES)):
                     raise
                 first = next((line for line in str(e).splitlines() if line.strip()), "")
-                raise OSError(f"writing the checkpoint at env step {env_step} in "
+                raise OSError(f"writing the checkpoint {self.at(env_step)} in "
                               f"{self.directory} failed ({first[:300]})") from None
 
     def _read_meta(self, step: int) -> dict:
@@ -271,7 +357,7 @@ class Checkpointer:
         if differ:
             shown = "; ".join(f"{k}: {there.get(k)} there, {here.get(k)} now" for k in differ[:3])
             raise CheckpointMismatch(
-                f"the checkpoint at env step {step} in {self.directory} holds an agent state "
+                f"the checkpoint {self.at(step)} in {self.directory} holds an agent state "
                 f"other than this run's ({len(differ)} arrays differ, {shown}): the code or its "
                 "settings changed since it was written. It is kept; resume with the code it was "
                 "written by, or start over under another --run_name")
@@ -320,7 +406,7 @@ class Checkpointer:
                     node = node[name]
                 except (KeyError, IndexError, TypeError):
                     raise CheckpointMismatch(
-                        f"the checkpoint at env step {step} in {self.directory} has no array "
+                        f"the checkpoint {self.at(step)} in {self.directory} has no array "
                         f"{jax.tree_util.keystr(path)}: the code changed since it was written. It "
                         "is kept; resume with the code it was written by, or start over under "
                         "another --run_name") from None
@@ -337,22 +423,29 @@ class Checkpointer:
         RESOURCE_EXHAUSTED) or meets an I/O error, is kept: CannotResume says why.
         """
         steps = self.steps()
+        if steps:
+            quiet_abandoned_reads()
         for step in reversed(steps):
             try:
                 return self._restore(step, device_template)
             except CheckpointMismatch:
                 raise
             except Exception as e:
-                if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e):
-                    raise CannotResume(f"restoring the checkpoint at env step {step} in "
+                reason = _reason(e)
+                if isinstance(reason, MemoryError) or "RESOURCE_EXHAUSTED" in str(reason):
+                    raise CannotResume(f"restoring the checkpoint {self.at(step)} in "
                                        f"{self.directory} ran out of memory; it is kept, and the "
                                        "same command resumes from it on a machine with more "
                                        "free memory") from None
-                if _io_failure(e):
-                    raise CannotResume(f"reading the checkpoint at env step {step} in "
-                                       f"{self.directory} failed ({type(e).__name__}: {e}); it "
-                                       "is kept, and the same command tries it again") from None
-                self._set_aside(step, e)  # orbax/tensorstore raise many types for bad files
+                if _io_failure(reason):
+                    raise CannotResume(f"reading the checkpoint {self.at(step)} in "
+                                       f"{self.directory} failed ({type(reason).__name__}: "
+                                       f"{reason}); it is kept, and the same command tries it "
+                                       "again") from None
+                self._set_aside(step, reason)  # orbax/tensorstore raise many types for bad files
+            # The failed restore's abandoned reads, collected now rather than at random moments
+            # later (quiet_abandoned_reads drops what they report)
+            gc.collect()
         if steps:
             raise CheckpointCorrupt(f"none of the checkpoints {steps} in {self.directory} "
                                     "could be restored (moved to corrupt_<step>, with the "
@@ -363,8 +456,8 @@ class Checkpointer:
     def _set_aside(self, step: int, error: BaseException) -> None:
         """Move a checkpoint that cannot be read to corrupt_<step>, for inspection."""
         aside = os.path.join(self.directory, f"corrupt_{step}")
-        message = str(error).splitlines()[0][:200] if str(error) else ""
-        print(f"warning: checkpoint at env step {step} in {self.directory} cannot be "
+        message = _shortened(str(error).splitlines()[0] if str(error) else "")
+        print(f"warning: checkpoint {self.at(step)} in {self.directory} cannot be "
               f"restored ({type(error).__name__}: {message}); moved to {aside}; trying the "
               "previous one", file=sys.stderr)
         shutil.rmtree(aside, ignore_errors=True)

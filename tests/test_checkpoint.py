@@ -1,24 +1,34 @@
 """Checkpointer: exact round trip (typed PRNG keys included), keep-last-2, and corrupt files or
-bytes that differ from their digests detected with a fall back to the previous checkpoint."""
+bytes that differ from their digests detected with a fall back to the previous checkpoint, said
+in one line (in tasks for a continual run), without the tracebacks of orbax's abandoned reads."""
 
+import asyncio
 import json
+import logging
 import os
 import signal
+import subprocess
+import sys
 import zlib
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from launch import checkpoint
 from launch.checkpoint import (
     CheckpointCorrupt,
     Checkpointer,
     CheckpointMismatch,
     interrupts_deferred,
     keys_to_data,
+    quiet_abandoned_reads,
 )
 from launch.rundir.record import CannotResume
+from tests.helpers.continual_files import write_cifar
+from tests.helpers.runs import KILLSAVE, REPO, run, script
 from tests.helpers.trees import assert_bit_identical
 
 
@@ -322,3 +332,132 @@ def test_a_checkpoint_without_a_later_empty_container_restores_into_the_new_stat
     with pytest.raises(CheckpointMismatch, match=r"has no array \['extra'\]"):
         saved._restore_by_paths(3, keys_to_data({**device_tree(0.0), "extra": jnp.zeros(2)}))
     assert saved.steps() == [2, 3]
+
+
+def test_a_continual_runs_checkpoints_are_named_by_the_task_they_follow(tmp_path, capsys,
+                                                                        monkeypatch):
+    """A continual run's step counts the tasks done: its checkpoint of step 3 follows task 2,
+    as "resumed after task 2" says; "env step 3" would be wrong."""
+    ckpt = Checkpointer(str(tmp_path / "checkpoints"), unit="task")
+    for step in (1, 2, 3):
+        ckpt.save(step, device_tree(float(step)), {}, {"tasks_done": step})
+    os.remove(os.path.join(ckpt.directory, "3", "meta", "metadata"))
+    _, _, meta = ckpt.restore_latest(device_tree(0.0))
+    assert meta == {"tasks_done": 2}
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: checkpoint after task 2 in {ckpt.directory} cannot be "
+                          "restored (") and "env step" not in err, err
+    with pytest.raises(CheckpointMismatch, match=r"^the checkpoint after task 1 in .* holds an "
+                       "agent state other than this run's"):
+        ckpt.restore_latest({**device_tree(0.0), "params": {"w": jnp.zeros((3, 5))}})
+    monkeypatch.setattr(ckpt, "_restore", raising(MemoryError()))
+    with pytest.raises(CannotResume, match="restoring the checkpoint after task 1 in .* ran out "
+                       "of memory"):
+        ckpt.restore_latest(device_tree(0.0))
+    full = ValueError("RESOURCE_EXHAUSTED: No space left on device [os_error_code='28']")
+    monkeypatch.setattr(ckpt.manager, "save", raising(full))
+    with pytest.raises(OSError, match="writing the checkpoint after task 3 in "):
+        ckpt.save(4, device_tree(4.0), {}, {"tasks_done": 4})
+    assert Checkpointer(str(tmp_path / "rl")).at(250) == "at env step 250"
+    with pytest.raises(ValueError, match="unit must be one of"):
+        Checkpointer(str(tmp_path / "x"), unit="tasks")
+
+
+class Pending:
+    """An awaitable that never completes: a read still in flight."""
+
+    def __await__(self):
+        yield
+
+
+def abandoned_read(filename: str):
+    """A coroutine defined in `filename`, suspended in a read, that raises when it is closed, as
+    orbax's _read_array_index_and_device_put does (it wraps every BaseException, the
+    GeneratorExit of its close() too): dropped unawaited, it is an "Exception ignored in"."""
+    source = ("async def read(pending):\n"
+              "    try:\n"
+              "        await pending\n"
+              "    except BaseException as e:\n"
+              "        raise Exception('Encountered error while reading array index') from e\n")
+    namespace = {}
+    exec(compile(source, filename, "exec"), namespace)
+    coroutine = namespace["read"](Pending())
+    coroutine.send(None)
+    return coroutine
+
+
+def test_what_orbax_abandons_in_a_failed_restore_is_dropped_and_nothing_else(monkeypatch):
+    shown = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: shown.append(u.exc_type))
+    logger = logging.getLogger("asyncio")
+    monkeypatch.setattr(logger, "filters", list(logger.filters))
+    quiet_abandoned_reads()
+    quiet_abandoned_reads()  # once per process
+    assert len(logger.filters) == 1
+
+    coroutine = abandoned_read(os.path.join(checkpoint.ORBAX_SOURCE, "_src", "serialization.py"))
+    del coroutine  # finalized: close() raises inside orbax's coroutine
+    assert shown == []
+    coroutine = abandoned_read(__file__)
+    del coroutine  # anyone else's is shown
+    assert shown == [Exception]
+
+    loop = asyncio.new_event_loop()
+    loop.close()
+    with pytest.raises(RuntimeError, match="Event loop is closed") as error:
+        loop.call_soon_threadsafe(print)
+    from_python = error.value.__traceback__  # the frames from this test's call on
+    from_a_thread = from_python.tb_next  # from call_soon_threadsafe on: no Python caller
+    assert from_a_thread.tb_frame.f_code.co_name == "call_soon_threadsafe"
+    for tb in (from_a_thread, from_python):
+        sys.unraisablehook(SimpleNamespace(exc_type=RuntimeError, exc_value=error.value,
+                                           exc_traceback=tb, err_msg=None, object=None))
+    assert shown == [Exception, RuntimeError]  # tensorstore's callback dropped, not the other
+
+    def logged(message: str) -> bool:
+        return bool(logger.filter(logger.makeRecord("asyncio", logging.ERROR, __file__, 1,
+                                                    message, None, None)))
+
+    task = ("Task exception was never retrieved\nfuture: <Task finished name='Task-9' coro=<"
+            "_read_array_index_and_device_put() done, defined at {}:269> exception=...>")
+    assert not logged(task.format(os.path.join(checkpoint.ORBAX_SOURCE, "serialization.py")))
+    assert logged(task.format("/elsewhere/code.py"))
+    assert logged("Unclosed client session")
+
+
+@pytest.mark.slow
+def test_zero_length_array_files_in_a_runs_newest_checkpoint_are_one_warning_line(tmp_path):
+    """A tiny continual run (a conv net: many arrays, read concurrently) killed while writing
+    its 4th checkpoint; array data files of the newest complete one (after task 2) cut to zero
+    length: every one above 1 KiB but the largest (some files of a checkpoint are older
+    versions of its index, which a restore does not read; the largest is still being read when
+    the others fail). The resume falls back to the one before with one warning line; before,
+    the reads orbax abandoned printed hundreds to thousands of lines of tracebacks ("Exception
+    ignored in: <coroutine object _read_array_index_and_device_put>", "Event loop is
+    closed")."""
+    write_cifar(str(tmp_path / "data"), per_batch=8)
+    flags = ["--task=random_label_cifar", f"--data_dir={tmp_path / 'data'}", "--examples=32",
+             "--batch_size=16", "--num_tasks=4", "--num_seeds=2", "--epochs=1",
+             "--checkpoint_every=1", "--diagnostics=false", "--progress=false",
+             f"--logdir={tmp_path}"]
+    killed = subprocess.run([sys.executable, KILLSAVE, "4", script("run_continual.py"), *flags],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    checkpoints = tmp_path / "continual" / "random_label_cifar" / "none-seed0" / "checkpoints"
+    data = checkpoints / "3" / "device" / "ocdbt.process_0" / "d"
+    arrays = sorted((p for p in data.iterdir() if p.stat().st_size > 1024),
+                    key=lambda p: p.stat().st_size)
+    assert len(arrays) >= 2, os.listdir(data)
+    for path in arrays[:-1]:
+        os.truncate(path, 0)
+    resumed = run("run_continual.py", *flags)
+    lines = resumed.stderr.splitlines()
+    assert "Traceback" not in resumed.stderr and "Exception ignored" not in resumed.stderr, \
+        resumed.stderr[:3000]
+    warnings = [line for line in lines if line.startswith("warning: checkpoint")]
+    assert len(warnings) == 1, resumed.stderr
+    assert warnings[0].startswith(f"warning: checkpoint after task 2 in {checkpoints} cannot be "
+                                  "restored (ValueError: "), warnings[0]
+    assert warnings[0].endswith(f"moved to {checkpoints / 'corrupt_3'}; trying the previous one")
+    assert "resumed after task 1 from its checkpoint" in lines
+    assert len(lines) <= 6, resumed.stderr  # data, banner, warning, resumed (and a versions one)
