@@ -42,8 +42,8 @@ setup(
     description="SAC and BRO in JAX/Flax with SingularClip and resets, for studying plasticity.",
     python_requires=">=3.10",
     packages=find_packages(include=["numerics*", "learners*", "agents*", "networks*",
-                                    "interventions*", "replay*", "envs*", "launch*", "analysis*",
-                                    "continual*"]),
+                                    "interventions*", "replay*", "envs*", "continual*",
+                                    "analysis*", "experiment*", "sweeps*", "launch*"]),
     install_requires=RUNTIME,
     extras_require={"test": TEST, "logging": LOGGING, "envpool": ENVPOOL},
 )

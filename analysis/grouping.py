@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import Run
+from experiment.rundir.code import recorded_code
+from experiment.rundir.record import WATCH_SETTINGS, flat_settings
 from interventions import registry
-from launch.rundir.code import recorded_code
-from launch.rundir.record import WATCH_SETTINGS, flat_settings
 
 POOLING_KEYS = ("agent", "intervention", "utd")
 # Settings of a run's scheduled event, read by runs whose --intervention holds an event only.

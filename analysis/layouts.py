@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import AggregationError, AggregationWarning
-from launch.rundir.files import LOSS_WARNINGS
-from launch.rundir.record import with_added_settings
+from experiment.rundir.files import LOSS_WARNINGS
+from experiment.rundir.record import with_added_settings
 
 TASK_ALIASES = {"finger-turn": "finger-turn_hard"}
 LAYOUTS = ("project", "jaxrl", "npy")

@@ -1,13 +1,13 @@
 """Shared measurement helpers for the benchmark scripts (run as `python benchmarks/<name>.py`).
 
 The benchmarks' startup: importing it sets the framework's XLA:CPU options
-(`launch.xla_flags`) and one OpenBLAS thread (`launch.startup.one_blas_thread`) before JAX
+(`experiment.xla_flags`) and one OpenBLAS thread (`experiment.startup.one_blas_thread`) before JAX
 starts, so the benchmarks measure what training runs with; SINGULARCLIP_STOCK_XLA=1 measures
 stock XLA instead.
 """
 
-from launch.startup import one_blas_thread
-from launch.xla_flags import apply_xla_flags
+from experiment.startup import one_blas_thread
+from experiment.xla_flags import apply_xla_flags
 
 apply_xla_flags()
 one_blas_thread()
@@ -27,8 +27,8 @@ import numpy as np
 from absl import logging
 
 from agents import make_agent
-from launch.config import TrainConfig
-from launch.train import Trainer, make_trainer
+from experiment.config import TrainConfig
+from experiment.train import Trainer, make_trainer
 from learners.batch import Batch
 
 
@@ -177,7 +177,7 @@ def compile_update(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batc
     """The seed-vmapped, jitted UTD update on fresh states and random minibatches, compiled.
 
     The update donates its states and each call trains on the last one's, as in the trainer
-    (`launch.train.make_step_fns`), so XLA updates them in place rather than copying them.
+    (`experiment.train.make_step_fns`), so XLA updates them in place rather than copying them.
     FLOPs come from XLA's cost analysis of one gradient step (a UTD-1 update): XLA counts a
     scan's body once, whatever its trip count. With `sharding` (of the seed axis) the calls
     run on the states and batches placed that way; the FLOPs are still counted on one device.

@@ -22,8 +22,8 @@ from absl import app, flags
 from recording import record
 
 from agents import make_agent
-from launch.config import TrainConfig
-from launch.train import Trainer
+from experiment.config import TrainConfig
+from experiment.train import Trainer
 
 flags.DEFINE_string("env", "humanoid-stand", "Task whose dimensions are used.")
 flags.DEFINE_integer("capacity", 1_000_000, "Replay capacity (transitions per seed).")

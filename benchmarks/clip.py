@@ -13,8 +13,8 @@ one clip event on a whole SAC and a whole BRO-size network, and of the weight an
 diagnostics. Times are medians after jit warm-up, with block_until_ready.
 """
 
-from launch.startup import one_blas_thread
-from launch.xla_flags import apply_xla_flags
+from experiment.startup import one_blas_thread
+from experiment.xla_flags import apply_xla_flags
 
 apply_xla_flags()  # before JAX starts: the options and the OpenBLAS threads training runs with
 one_blas_thread()

@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from launch.startup import one_blas_thread
+from experiment.startup import one_blas_thread
 
 one_blas_thread()  # before numpy and scipy load OpenBLAS, as the launch scripts do
 

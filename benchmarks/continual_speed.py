@@ -42,7 +42,7 @@ import os
 import tempfile
 import time
 
-from launch.startup import one_blas_thread
+from experiment.startup import one_blas_thread
 
 one_blas_thread()  # before numpy and scipy load OpenBLAS, as the launch scripts do
 

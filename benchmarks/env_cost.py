@@ -5,9 +5,9 @@
     python benchmarks/env_cost.py --envs=cheetah-run --count=50 --steps=200
 
 Per task: the time to build (and reset) one env, the resident memory one adds, the bytes of
-its MuJoCo model and data (what `launch.memory.env_nbytes` counts for the memory check), and
+its MuJoCo model and data (what `experiment.memory.env_nbytes` counts for the memory check), and
 the time of one env step with zero actions; then what a process with --num_seeds at
-launch.config.MAX_SEEDS spends building its envs (two per seed) and stepping all of them once,
+experiment.config.MAX_SEEDS spends building its envs (two per seed) and stepping all of them once,
 and what 1M such steps take in env stepping alone.
 """
 
@@ -23,8 +23,8 @@ import numpy as np  # noqa: E402
 from recording import record  # noqa: E402
 
 from envs import make_env  # noqa: E402
-from launch.config import MAX_SEEDS
-from launch.memory import env_nbytes, process_memory_bytes  # noqa: E402
+from experiment.config import MAX_SEEDS
+from experiment.memory import env_nbytes, process_memory_bytes  # noqa: E402
 
 flags.DEFINE_list("envs", ["cartpole-swingup", "cheetah-run", "humanoid-run", "dog-run"],
                   "Tasks to measure.")

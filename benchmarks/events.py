@@ -8,7 +8,7 @@ two critics) with humanoid-sized inputs (obs 67, act 21).
 Three times per event, each on seed-batched states: "event", the method itself (jitted and
 vmapped over seeds, with what it needs ready: a fresh or the initial state, replay minibatches
 on the device); "needs", the fresh init a run computes for it (SAC resets to fresh weights);
-"loop", what a run pays at a scheduled step, built by launch.events.build_intervention: the
+"loop", what a run pays at a scheduled step, built by experiment.events.build_intervention: the
 needs, the event and the per-layer report written to interventions.csv (its singular values;
 the replay's gather of the minibatches is not in it). The yardsticks are the report alone and
 one SAC UTD-1 update (batch 256). All calls are timed in interleaved rounds after a first
@@ -27,9 +27,9 @@ from bench_utils import xla_flags  # sets the XLA:CPU options training runs with
 from recording import record
 
 from agents import make_agent
+from experiment.config import TrainConfig
+from experiment.events import build_intervention, intervention_plan, with_hooks
 from interventions import EventContext, clip_event_report, registered
-from launch.config import TrainConfig
-from launch.events import build_intervention, intervention_plan, with_hooks
 from learners.batch import Batch
 
 OBS_DIM, ACT_DIM = 67, 21  # humanoid

@@ -28,9 +28,9 @@ from bench_utils import compile_update, random_batches, xla_flags
 from recording import record
 
 from agents import make_agent
+from experiment.config import TrainConfig
+from experiment.events import build_intervention, intervention_plan, with_hooks
 from interventions import clip_event_report, registered
-from launch.config import TrainConfig
-from launch.events import build_intervention, intervention_plan, with_hooks
 
 flags.DEFINE_integer("seeds", 1, "Seeds (vmapped) in each update and event call.")
 flags.DEFINE_integer("rounds", 15, "Interleaved timing rounds of the updates.")

@@ -33,7 +33,7 @@ from absl import app, flags
 from bench_utils import sac_trainer, xla_flags
 from recording import record
 
-from launch import dashboards
+from experiment import dashboards
 
 flags.DEFINE_integer("steps", 2000, "Env steps per block (a multiple of 1,000).")
 flags.DEFINE_integer("rounds", 4, "Rounds of one block without and one with the dashboards "

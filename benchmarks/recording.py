@@ -16,7 +16,7 @@ import shlex
 import sys
 from collections.abc import Iterable
 
-from launch.rundir.code import code_version
+from experiment.rundir.code import code_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results.csv")

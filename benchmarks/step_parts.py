@@ -15,7 +15,7 @@ call costs depends on how it is made. Per call, in milliseconds, for each case
 - `jax.device_put` of the minibatches alone, waited on;
 - the replay sample (host), from a buffer holding a few hundred transitions (capacity 20,000);
 - one env step of every seed with uniform random actions, with the replay insert (host).
-With --replay_on_device, also for a loop with the buffer on the device (`launch.device_loop`):
+With --replay_on_device, also for a loop with the buffer on the device (`experiment.device_loop`):
 - its training step's calls (the update, which draws and gathers its minibatches on the device,
   then the next actions with the next step's draw), waited on for the actions, and back to back;
 - the insert of one transition per seed (next observations, rewards, terminations sent);
@@ -44,9 +44,9 @@ from bench_utils import random_batches, xla_flags
 from recording import record
 
 from agents import make_agent
-from launch.config import AGENT_DEFAULTS, ConfigError, validate
-from launch.device_loop import DeviceReplayTrainer
-from launch.train import Trainer
+from experiment.config import AGENT_DEFAULTS, ConfigError, validate
+from experiment.device_loop import DeviceReplayTrainer
+from experiment.train import Trainer
 
 flags.DEFINE_list("cases", ["sac:4:8", "sac:1:1", "bro:1:10"],
                   "agent:seeds:utd cases, at each agent's default batch size (SAC 256, BRO 128).")

@@ -26,7 +26,7 @@ import tempfile
 from absl import app, flags
 from recording import record
 
-from launch.sweep_lib.state import SweepPaths, read_json
+from sweeps.state import SweepPaths, read_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

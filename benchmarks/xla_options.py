@@ -7,7 +7,7 @@
 XLA reads XLA_FLAGS once per process, so every set runs in a fresh process of this script
 (`--child`), which measures the float32 matmul peak, the critics' 256x256 hidden layer's
 matmuls alone, and the seed-vmapped UTD-8 update (humanoid dimensions) in seed-updates/s and
-as a fraction of that peak. The framework's own options (`launch.xla_flags`) are added to
+as a fraction of that peak. The framework's own options (`experiment.xla_flags`) are added to
 every set, as training adds them. With 2 devices (`--xla_force_host_platform_device_count=2`)
 the seed axis is sharded over them, so each device runs the update of its half of the seeds,
 at the same time as the other. A process that dies is reported with its exit status, after

@@ -2,7 +2,7 @@
 
 Protocol numbers left at 0 on the command line take the benchmark's (continual/tasks.py);
 config.json records them as the run used them. The interventions' settings are fields too
-(`launch.config.with_method_settings`), at this script's defaults (`CONTINUAL_DEFAULTS`).
+(`experiment.config.with_method_settings`), at this script's defaults (`CONTINUAL_DEFAULTS`).
 """
 
 import dataclasses
@@ -14,9 +14,8 @@ from absl import flags
 from continual.data import MNIST_SAMPLE_IMAGES, mnist_files_present
 from continual.learner import DEFAULT_LEARNING_RATE, OPTIMIZERS
 from continual.tasks import BENCHMARKS
-from interventions import EVENT_OPT_STATES, registry
-from launch.cli import define_dashboard_flags, define_method_flags, method_values
-from launch.config import (
+from experiment.cli import define_dashboard_flags, define_method_flags, method_values
+from experiment.config import (
     MAX_SEEDS,
     RESUME_MODES,
     ConfigError,
@@ -25,7 +24,8 @@ from launch.config import (
     validate_dashboards,
     with_method_settings,
 )
-from launch.rundir.record import versions
+from experiment.rundir.record import versions
+from interventions import EVENT_OPT_STATES, registry
 from networks.inits import DEFAULT_INIT, INITS
 
 # Method settings of continual runs where they differ from the registry's defaults, by method
@@ -73,7 +73,7 @@ class _ContinualConfig:
     run_name: str = ""
     resume: str = "auto"
     progress: bool = True
-    # Dashboards (launch/dashboards.py), as for RL runs: how a run is watched
+    # Dashboards (experiment/dashboards.py), as for RL runs: how a run is watched
     log_to: tuple[str, ...] = ()
     wandb_project: str = ""
     wandb_entity: str = ""

@@ -36,16 +36,15 @@ from continual.tasks import (
     output_classes,
     sample_positions,
 )
-from interventions import Plan, check_parts, make_plan
-from launch import dashboards
-from launch import diagnose as diag
-from launch.checkpoint import Checkpointer
-from launch.config import ConfigError
-from launch.events import event_apply
-from launch.memory import sized
-from launch.resources import device_memory_bytes
-from launch.rundir.files import RunFiles, done_problem
-from launch.rundir.record import (
+from experiment import dashboards
+from experiment import diagnose as diag
+from experiment.checkpoint import Checkpointer
+from experiment.config import ConfigError
+from experiment.events import event_apply
+from experiment.memory import sized
+from experiment.resources import device_memory_bytes
+from experiment.rundir.files import RunFiles, done_problem
+from experiment.rundir.record import (
     WATCH_SETTINGS,
     CannotResume,
     added_settings,
@@ -53,7 +52,8 @@ from launch.rundir.record import (
     read_config,
     with_earlier_versions,
 )
-from launch.rundir.resume import CONTINUAL_PROGRESS, decide_resume
+from experiment.rundir.resume import CONTINUAL_PROGRESS, decide_resume
+from interventions import Plan, check_parts, make_plan
 
 HEADERS = {
     "tasks.csv": ("task", "seed", "online_accuracy", "final_accuracy", "loss"),

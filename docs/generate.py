@@ -3,7 +3,7 @@
     python docs/generate.py           # rewrite them
     python docs/generate.py --check   # exit 1 naming each stale file (tests/test_docs.py runs it)
 
-- docs/flags.md: the `--help` of every script in `launch.startup.SCRIPTS` (the one list of the
+- docs/flags.md: the `--help` of every script in `experiment.startup.SCRIPTS` (the one list of the
   command-line entry points), with the checkout's path, the only part that varies by machine,
   written as <checkout>;
 - docs/interventions.md, the method table, and README.md, the method list: the built-in methods
@@ -31,9 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from experiment.startup import SCRIPTS  # noqa: E402
 from interventions import catalog  # noqa: E402
 from interventions.registry import Method  # noqa: E402
-from launch.startup import SCRIPTS  # noqa: E402
 
 
 def _load_recording():

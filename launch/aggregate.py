@@ -12,7 +12,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
@@ -23,8 +23,8 @@ from analysis.datasets import load_datasets
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.report import FIGURES, write_tables
 from analysis.summary import Settings, check_settings, summarize
-from launch import ctrl_c
-from launch.cli import one_line_flag_parser
+from experiment import ctrl_c
+from experiment.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runs", [], "Run directories, one algorithm each (or split by --group_by). "

@@ -26,7 +26,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
@@ -52,8 +52,8 @@ from analysis.continual import (
 )
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.grouping import code_of
-from launch import ctrl_c
-from launch.cli import one_line_flag_parser
+from experiment import ctrl_c
+from experiment.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runs", [], "Run directories of one benchmark, or folders holding them "

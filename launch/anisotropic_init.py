@@ -17,7 +17,7 @@ import csv
 import sys
 from pathlib import Path
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
@@ -29,8 +29,8 @@ from absl import app, flags, logging
 
 from continual.data import LOADERS, DataError
 from continual.learner import DEFAULT_LEARNING_RATE, Examples, LearnerConfig, make_learner
+from experiment.cli import one_line_flag_parser
 from interventions.matrices import is_weight_matrix
-from launch.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("data", "digits", ["digits", "mnist"], "The stationary task's images.")

@@ -21,14 +21,14 @@ import subprocess
 import sys
 import time
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
 from absl import app, flags
 
-from launch.cli import one_line_flag_parser
+from experiment.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("tasks", ["permuted_digits", "random_label_digits"], "Benchmarks.")

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
@@ -27,7 +27,7 @@ from absl import app, flags
 
 from analysis.continual import find_runs, label_of, line_style
 from analysis.errors import AggregationError
-from launch.cli import one_line_flag_parser
+from experiment.cli import one_line_flag_parser
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("runs", [], "Continual run directories, or folders holding them.")

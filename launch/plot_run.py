@@ -16,7 +16,7 @@ or nothing to plot (one line).
 import sys
 import warnings
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
@@ -24,7 +24,7 @@ startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries 
 from absl import app, flags
 
 from analysis.run_figures import RUN_DIR, PlotError, PlotWarning, plot_run
-from launch.cli import one_line_flag_parser
+from experiment.cli import one_line_flag_parser
 
 flags.DEFINE_string("out", "", "Folder for the PNG files (default: <run_dir>/plots).")
 FLAGS = flags.FLAGS

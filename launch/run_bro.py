@@ -12,7 +12,7 @@ to <logdir>/bro/<env>/<run_name>/ as for run_sac.py.
 import dataclasses
 import sys
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
@@ -21,10 +21,10 @@ from absl import app, flags
 
 from agents import bro
 from envs import make_env
+from experiment import cli, config, runner
+from experiment.cli import define_flags
+from experiment.config import BRO_DEFAULTS, TrainConfig
 from interventions import BRO_RESET_STEPS, bro_reset_steps
-from launch import cli, config, runner
-from launch.cli import define_flags
-from launch.config import BRO_DEFAULTS, TrainConfig
 
 _DEFAULT = bro.BROConfig()
 _HELP = {

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
@@ -27,20 +27,20 @@ from absl import app, flags, logging
 from continual import config as continual_config
 from continual.data import DataError
 from continual.loop import ContinualRun, Diverged, Stopped, resume_state
-from launch import cli as launch_cli
-from launch import ctrl_c
-from launch.cli import one_line_flag_parser
-from launch.config import ConfigError, dashboards_warning
-from launch.dashboards import DashboardError, check_installed
-from launch.rundir.lock import (
+from experiment import cli as launch_cli
+from experiment import ctrl_c
+from experiment.cli import one_line_flag_parser
+from experiment.config import ConfigError, dashboards_warning
+from experiment.dashboards import DashboardError, check_installed
+from experiment.rundir.lock import (
     EXIT_IN_USE,
     EXIT_STOPPED,
     RunDirInUse,
     check_not_in_use,
     lock_run_dir,
 )
-from launch.rundir.record import CannotResume
-from launch.runner import check_writable
+from experiment.rundir.record import CannotResume
+from experiment.runner import check_writable
 
 continual_config.define_flags()
 flags.adopt_module_key_flags(continual_config)  # its flags and the methods' show in --help

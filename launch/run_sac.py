@@ -10,7 +10,7 @@ held while a process trains the run).
 
 import dataclasses
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
@@ -19,9 +19,9 @@ from absl import app, flags
 
 from agents import sac
 from agents.common import check_size
-from launch import cli, runner
-from launch.cli import define_flags
-from launch.config import SAC_DEFAULTS
+from experiment import cli, runner
+from experiment.cli import define_flags
+from experiment.config import SAC_DEFAULTS
 
 _DEFAULT = sac.SACConfig()
 

@@ -21,7 +21,7 @@ import os
 import resource
 import sys
 
-from launch import startup
+from experiment import startup
 
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
@@ -29,10 +29,10 @@ startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries 
 from absl import app, flags, logging
 
 from envs import UnknownEnvError
+from experiment import ctrl_c
+from experiment.cli import one_line_flag_parser
 from interventions import registry
-from launch import ctrl_c
-from launch.cli import one_line_flag_parser
-from launch.sweep_lib.grid import (
+from sweeps.grid import (
     AGENTS,
     DEFAULT_SCRIPT_DIR,
     GRID_KEYS,
@@ -47,9 +47,9 @@ from launch.sweep_lib.grid import (
     make_grid,
     split_extra,
 )
-from launch.sweep_lib.state import SweepPaths, read_json, sweep_lock
-from launch.sweep_lib.stop import stop
-from launch.sweep_lib.submit import (
+from sweeps.state import SweepPaths, read_json, sweep_lock
+from sweeps.stop import stop
+from sweeps.submit import (
     EXECUTORS,
     ExecutorOptions,
     check_flags,

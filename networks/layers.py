@@ -5,7 +5,7 @@ Four changes to the backward pass, for speed on a CPU; none changes what is comp
 float32 rounding (the benchmarks named below time them; benchmarks/results.csv has the results):
 
 - Bias, scale and shift gradients (sums over the batch rows, a column reduction, which XLA's
-  reduce runs slowly without the tree-reduction rewrite that `launch.xla_flags` disables) are
+  reduce runs slowly without the tree-reduction rewrite that `experiment.xla_flags` disables) are
   pairwise sums of row slices: `python benchmarks/batch_sums.py`.
 - A layer's input gradient `g @ kernel.T` avoids XLA:CPU's slow product contracting the last
   axes of both operands: where the layer sees fewer rows than it has units it is computed as

@@ -10,7 +10,7 @@ matrix runs inline, so these functions call LAPACK on one matrix at a time, also
 `stacked` hands a function every vmapped matrix at once, and `unrolled` issues one call per
 matrix side by side, which XLA's CPU runtime runs on its threads at once when each call's
 outputs stay alive to the end (their buffers are then not reused by the next call), and OpenBLAS
-runs one thread (launch.startup.one_blas_thread): the matrices of every vmapped seed are
+runs one thread (experiment.startup.one_blas_thread): the matrices of every vmapped seed are
 factored at once rather than in turn (`python benchmarks/clip.py` times SingularClip's ten
 784 x 256 matrices both ways, "svd clip of 10 ..."). Not differentiable in reverse mode.
 """

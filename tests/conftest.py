@@ -27,8 +27,8 @@ if os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", SHARED_CACHE) == SHARED_CA
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-from launch.startup import one_blas_thread  # noqa: E402
-from launch.xla_flags import apply_xla_flags  # noqa: E402
+from experiment.startup import one_blas_thread  # noqa: E402
+from experiment.xla_flags import apply_xla_flags  # noqa: E402
 
 apply_xla_flags()  # the XLA:CPU options training runs with, before JAX starts
 one_blas_thread()  # and its one OpenBLAS thread, before numpy and scipy load OpenBLAS

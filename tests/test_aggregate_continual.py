@@ -12,7 +12,7 @@ from analysis.continual import load_methods, read_runs, summarize
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import detect_layout
 from launch.anisotropic_init import anisotropic
-from launch.sweep_lib.grid import SweepError, make_grid
+from sweeps.grid import SweepError, make_grid
 from tests.helpers.runs import read_csv, run
 
 

@@ -15,8 +15,8 @@ import pytest
 from agents import make_agent
 from agents.bro import BROConfig
 from agents.sac import SACConfig
-from launch import resources, train
-from launch.config import (
+from experiment import resources, train
+from experiment.config import (
     ConfigError,
     TrainConfig,
     diagnostics_warning,
@@ -25,9 +25,9 @@ from launch.config import (
     seed_warning,
     unused_flags_warning,
 )
-from launch.rundir.lock import lock_run_dir
-from launch.rundir.record import config_record, write_json
-from launch.rundir.resume import resume_state
+from experiment.rundir.lock import lock_run_dir
+from experiment.rundir.record import config_record, write_json
+from experiment.rundir.resume import resume_state
 from tests.helpers.runs import FAST_SAC, REPO, run, script
 
 CASES = {
@@ -157,7 +157,7 @@ def test_dry_run_checks_the_settings_and_trains_nothing(tmp_path, name, flags, w
 
 @pytest.mark.slow
 def test_dry_run_checks_the_run_directory(tmp_path):
-    """As a run checks it, in the code both run scripts share (launch/runner.py)."""
+    """As a run checks it, in the code both run scripts share (experiment/runner.py)."""
     name, flags = "run_sac.py", FAST_SAC
     proc = run(name, *flags, f"--logdir={tmp_path}/runs", "--dry_run", timeout=60)
     run_dir = proc.stdout.split("settings checked; ")[1].split(" would be trained")[0]
@@ -185,7 +185,7 @@ def test_dry_run_checks_the_run_directory(tmp_path):
 def test_dry_run_refuses_a_folder_where_nothing_can_be_made_even_for_root(tmp_path):
     """/proc passes permission checks for root (as CI and containers often run), yet refuses
     every mkdir: the dry run's probe folder finds that out, and leaves nothing behind."""
-    from launch.runner import check_writable
+    from experiment.runner import check_writable
 
     with pytest.raises(ConfigError, match="cannot write to the run directory /proc/nope/runs"):
         check_writable("/proc/nope/runs", create=False)
@@ -213,7 +213,7 @@ def test_unwritable_logdir(tmp_path):
 
 
 def test_a_run_directory_too_long_for_its_checkpoints_is_refused_before_training(tmp_path):
-    from launch.runner import CHECKPOINT_PATH_ROOM, PATH_MAX, check_writable
+    from experiment.runner import CHECKPOINT_PATH_ROOM, PATH_MAX, check_writable
 
     logdir = str(tmp_path / "/".join(["d" * 200] * 20))[:PATH_MAX - CHECKPOINT_PATH_ROOM + 10]
     for create in (False, True):
@@ -264,7 +264,7 @@ def test_networks_too_large_for_memory_are_refused_before_anything_compiles(tmp_
 def test_an_allocation_that_fails_while_training_is_one_line_naming_what_sets_its_size(tmp_path):
     """XLA's failed allocation (JaxRuntimeError) where the device's memory is not known, so the
     state's size is not checked first."""
-    code = ("import runpy, sys, launch.resources as r\n"
+    code = ("import runpy, sys, experiment.resources as r\n"
             "r.device_memory_bytes = lambda device: None\n"
             "sys.argv = sys.argv[1:]\n"
             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
@@ -342,7 +342,7 @@ def test_the_memory_check_counts_buffer_envs_states_and_process_before_building_
 @pytest.mark.slow
 def test_a_run_too_large_for_the_hosts_memory_is_refused_before_its_envs_are_built(tmp_path):
     """1,000 seeds' envs alone are more than 2 GiB, the memory this run is given."""
-    code = ("import runpy, sys, launch.resources as r, launch.train as t\n"
+    code = ("import runpy, sys, experiment.resources as r, experiment.train as t\n"
             "r.device_memory_bytes = lambda device: 2**31\n"
             "t.make_vector_env = None  # building the envs would fail\n"
             "sys.argv = sys.argv[1:]\n"
@@ -535,7 +535,7 @@ def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
     assert proc.stderr.startswith("warning: --intervention=reset at env steps 300 never happens")
     # BRO's reset steps by default: the first, 15001, is named when the run ends before it.
     bro = ("from absl import flags; import launch.run_bro as r; "
-           "from launch.cli import config_from_flags; "
+           "from experiment.cli import config_from_flags; "
            "flags.FLAGS(['run_bro.py', '--max_steps=100', '--start_steps=50']); "
            "print(r.bro_schedule_warning(r.adjust(config_from_flags('bro'))))")
     proc = subprocess.run([sys.executable, "-c", bro], capture_output=True, text=True, cwd=REPO,
@@ -630,7 +630,7 @@ def test_a_run_directory_in_use_or_with_an_unreadable_config_is_refused(tmp_path
 @pytest.mark.slow
 def test_a_full_disk_while_training_is_one_line_and_exit_1(tmp_path):
     """The checkpoint write fails as on a full disk: one line saying how to resume."""
-    patched = ("import runpy, sys; from launch import train\n"
+    patched = ("import runpy, sys; from experiment import train\n"
                "def full(*args): raise OSError(28, 'No space left on device')\n"
                "train.Trainer.save = full\n"
                "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')\n")

@@ -420,7 +420,7 @@ def test_run_bro_none_never_intervenes(runs):
 ADJUST = """
 from absl import flags
 import launch.run_bro as r
-from launch.cli import config_from_flags
+from experiment.cli import config_from_flags
 for argv in {cases!r}:
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["run_bro.py", *argv])

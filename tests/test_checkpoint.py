@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from launch import checkpoint
-from launch.checkpoint import (
+from experiment import checkpoint
+from experiment.checkpoint import (
     CheckpointCorrupt,
     Checkpointer,
     CheckpointMismatch,
@@ -26,7 +26,7 @@ from launch.checkpoint import (
     keys_to_data,
     quiet_abandoned_reads,
 )
-from launch.rundir.record import CannotResume
+from experiment.rundir.record import CannotResume
 from tests.helpers.continual_files import write_cifar
 from tests.helpers.runs import KILLSAVE, REPO, run, script
 from tests.helpers.trees import assert_bit_identical

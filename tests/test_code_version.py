@@ -1,4 +1,4 @@
-"""launch/rundir/code.py: the commit a run records, "+changes" for edited tracked files, and
+"""experiment/rundir/code.py: the commit a run records, "+changes" for edited tracked files, and
 "unknown" where the code is not the top of a git checkout."""
 
 import re
@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from launch.rundir.code import CODE, UNKNOWN, code_version, other_code, recorded_code
-from launch.rundir.record import versions
+from experiment.rundir.code import CODE, UNKNOWN, code_version, other_code, recorded_code
+from experiment.rundir.record import versions
 
 
 def git(root, *args):

@@ -21,8 +21,8 @@ from continual.tasks import (
     draw_task,
     sample_positions,
 )
-from launch import diagnose as diag
-from launch.events import event_apply
+from experiment import diagnose as diag
+from experiment.events import event_apply
 from networks.classifiers import BATCH_NORM_EPSILON
 from tests.helpers.continual_reference import task_images
 from tests.helpers.trees import assert_bit_identical

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from analysis import run_figures
-from launch.config import TrainConfig
-from launch.dashboards import REQUIREMENTS, for_config, wandb_steps
-from launch.sweep_lib.grid import JobSpec
+from experiment.config import TrainConfig
+from experiment.dashboards import REQUIREMENTS, for_config, wandb_steps
+from sweeps.grid import JobSpec
 from tests.helpers.dashboard_files import (
     by_step,
     tensorboard_hparams,

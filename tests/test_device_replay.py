@@ -14,9 +14,9 @@ from scipy import stats
 
 from agents import make_agent
 from agents.sac import SACConfig
-from launch import resources, train
-from launch.config import TrainConfig
-from launch.device_loop import DeviceReplayTrainer
+from experiment import resources, train
+from experiment.config import TrainConfig
+from experiment.device_loop import DeviceReplayTrainer
 from replay import ReplayBuffer
 from replay import device as device_replay
 from replay.device import DeviceReplayBuffer

@@ -9,6 +9,8 @@ import pytest
 
 from agents import make_agent
 from agents.sac import SACConfig
+from experiment.config import TrainConfig
+from experiment.diagnose import make_diagnostics, rows
 from interventions import (
     clip_event_report,
     dormant_ratio,
@@ -22,8 +24,6 @@ from interventions import (
     weight_metrics,
 )
 from interventions.diagnostics import DORMANT_TAUS, RESIDUAL, SRANK_THRESHOLD
-from launch.config import TrainConfig
-from launch.diagnose import make_diagnostics, rows
 from learners.batch import Batch
 
 RTOL = 1e-4

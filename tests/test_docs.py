@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from experiment.startup import SCRIPTS
 from interventions import catalog
-from launch.startup import SCRIPTS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,7 +75,7 @@ def _entry_points() -> list[str]:
 def test_every_entry_point_is_in_the_flag_reference():
     entry_points = _entry_points()
     assert {"run_sac.py", "run_bro.py", "sweep.py", "aggregate.py"} <= set(entry_points)
-    assert set(entry_points) <= set(SCRIPTS), "add the script to launch.startup.SCRIPTS"
+    assert set(entry_points) <= set(SCRIPTS), "add the script to experiment.startup.SCRIPTS"
     page = read("docs/flags.md")
     for script in SCRIPTS:
         assert f"## launch/{script}\n" in page

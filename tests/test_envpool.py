@@ -247,8 +247,8 @@ def test_a_run_killed_and_resumed_matches_one_never_stopped(tmp_path):
 
 def test_trainer_evaluates_in_envpool_too(tmp_path):
     from agents import make_agent
-    from launch.config import TrainConfig
-    from launch.train import make_trainer
+    from experiment.config import TrainConfig
+    from experiment.train import make_trainer
 
     cfg = TrainConfig(env="cartpole-swingup", env_backend="envpool", num_seeds=2,
                       logdir=str(tmp_path), progress=False)

@@ -9,12 +9,12 @@ import pytest
 
 from agents import make_agent
 from agents.sac import SACConfig
+from experiment.config import TrainConfig
+from experiment.diagnose import make_diagnostics
+from experiment.diagnose import rows as rows_of
+from experiment.events import build_intervention, intervention_plan
 from interventions import DEFAULT_NS_STEPS, clip_event_report, ns_clip_matrices
 from interventions.diagnostics import shared_layers
-from launch.config import TrainConfig
-from launch.diagnose import make_diagnostics
-from launch.diagnose import rows as rows_of
-from launch.events import build_intervention, intervention_plan
 from learners.batch import Batch
 from tests.helpers.trees import assert_bit_identical
 

@@ -23,7 +23,7 @@ from continual.data import (
 )
 from continual.loop import data_line, data_record, refuse_other_data
 from continual.tasks import BENCHMARKS
-from launch.config import ConfigError
+from experiment.config import ConfigError
 from tests.helpers.continual_files import write_idx, write_mnist
 from tests.helpers.runs import run
 

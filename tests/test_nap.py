@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from agents import make_agent
+from experiment.config import ConfigError
 from interventions import get_part, set_part
 from interventions.methods import nap
-from launch.config import ConfigError
 from tests.helpers import batches
 from tests.helpers.plans import ACT, OBS, TINY, hooked
 from tests.helpers.trees import assert_bit_identical, numeric_leaves

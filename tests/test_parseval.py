@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiment.config import ConfigError
 from interventions.methods import parseval
-from launch.config import ConfigError
 from tests.helpers.plans import ACT, OBS, hooked
 from tests.helpers.runs import run
 

@@ -13,10 +13,10 @@ import pytest
 from agents import make_agent
 from agents.sac import SACConfig
 from analysis.grouping import result_settings
+from experiment.config import TrainConfig
+from experiment.rundir.record import added_settings, with_added_settings
 from interventions import Method, Settings, make_plan, registered, registry, setting
 from interventions.registry import parts_setting
-from launch.config import TrainConfig
-from launch.rundir.record import added_settings, with_added_settings
 from learners.batch import Batch
 from tests.helpers.runs import FAST_SAC, REPO, read_csv
 from tests.helpers.toy_intervention import CLAMP, SCALE_BIAS, register_toys

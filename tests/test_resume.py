@@ -17,8 +17,8 @@ import pytest
 
 from agents import make_agent
 from agents.sac import SACConfig
-from launch import ctrl_c, runner, train
-from launch.config import TrainConfig
+from experiment import ctrl_c, runner, train
+from experiment.config import TrainConfig
 from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 
 # 2 seeds, UTD 2, 125-step episodes (action repeat 8), a checkpoint at every episode end, and
@@ -42,7 +42,7 @@ def returns(path):
 def assert_bit_identical(got, expected, resumed: str, message=""):
     """A resumed run's eval returns against the uninterrupted run's: the same rows, equal up to
     the resume point and after it. On a GPU this needs the deterministic GPU ops that
-    launch.xla_flags turns on (without them, two uninterrupted runs differ there).
+    experiment.xla_flags turns on (without them, two uninterrupted runs differ there).
     `resumed`: the resumed run's stderr."""
     assert [row[:2] for row in got] == [row[:2] for row in expected], message
     point = re.search(r"resumed from the checkpoint at env step (\d+)", resumed)
@@ -296,7 +296,7 @@ def test_divergence_between_train_logs_is_caught_before_an_evaluation(tmp_path):
 INTERRUPTED_COMPILATION = """
 import os, signal, threading
 import jax, jax.numpy as jnp
-from launch import runner
+from experiment import runner
 
 jax.config.update("jax_enable_compilation_cache", False)  # a cached program loads at once
 
@@ -456,7 +456,7 @@ def test_an_error_c_code_made_of_a_ctrl_c_is_answered_as_the_ctrl_c():
         with ctrl_c.as_interrupt():
             raise KeyboardInterrupt
     # One that reaches the top is one line and exit 130, as a KeyboardInterrupt is.
-    code = ("from launch import ctrl_c; from tests.test_resume import _ctrl_c_inside_c_code; "
+    code = ("from experiment import ctrl_c; from tests.test_resume import _ctrl_c_inside_c_code; "
             "ctrl_c.hold(); ctrl_c.deliver(); _ctrl_c_inside_c_code()")
     top = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=60)
@@ -641,7 +641,7 @@ def test_a_run_that_diverged_before_any_checkpoint_is_trained_again_only_when_as
 
 @pytest.mark.slow
 def test_a_finished_run_whose_done_json_is_unreadable_is_checked_not_trusted(tmp_path):
-    from launch.rundir.files import is_finished
+    from experiment.rundir.files import is_finished
 
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}", "--max_steps=375"]
     run("run_sac.py", *args)

@@ -21,7 +21,7 @@ from continual import config as continual_config
 from continual.config import CONTINUAL_DEFAULTS
 from continual.loop import learner_config, load_source, resume_state
 from continual.tasks import BENCHMARKS
-from launch.config import ConfigError
+from experiment.config import ConfigError
 from tests.helpers.continual_files import write_cifar, write_imagenet32, write_mnist
 from tests.helpers.runs import KILLSAVE, REPO, read_csv, run
 

@@ -16,8 +16,8 @@ import agents
 from agents import make_agent, sac
 from agents.sac import SACConfig
 from envs import make_vector_env
-from launch import train
-from launch.config import TrainConfig
+from experiment import train
+from experiment.config import TrainConfig
 from tests.helpers.runs import FAST_SAC, REPO, read_csv, run
 from tests.helpers.trees import assert_bit_identical
 

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiment.config import ConfigError, TrainConfig, check_read_when, validate
+from experiment.events import build_intervention
 from interventions import EventContext, get_part
 from interventions.methods import shrink_perturb
-from launch.config import ConfigError, TrainConfig, check_read_when, validate
-from launch.events import build_intervention
 from tests.helpers import batches
 from tests.helpers.plans import ACT, OBS, hooked, init_states
 from tests.helpers.trees import assert_bit_identical, numeric_leaves

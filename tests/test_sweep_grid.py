@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from interventions import registry
-from launch.sweep_lib.grid import (
+from sweeps.grid import (
     PRESETS,
     JobSpec,
     SweepError,
@@ -273,8 +273,8 @@ def test_extra_flags_with_separate_values_are_not_taken_for_repeated_flags(tmp_p
 def test_status_names_jobs_a_cut_short_launch_listed_but_never_recorded(tmp_path):
     """A launcher killed while it wrote its records leaves jobs only its launch file names:
     --status without the grid says so, rather than showing the recorded ones as all."""
-    from launch.rundir.record import write_json
-    from launch.sweep_lib.state import SweepPaths, update_record
+    from experiment.rundir.record import write_json
+    from sweeps.state import SweepPaths, update_record
 
     paths = SweepPaths(str(tmp_path))
     jobs = make_grid("sac", envs="cheetah-run", seeds=3, seeds_per_job=1).jobs()

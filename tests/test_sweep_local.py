@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from launch.rundir.code import CODE, UNKNOWN
-from launch.sweep_lib import submit
-from launch.sweep_lib.grid import JobSpec, SweepError
-from launch.sweep_lib.state import SweepPaths, read_json
-from launch.sweep_lib.submit import ExecutorOptions, job_env
+from experiment.rundir.code import CODE, UNKNOWN
+from sweeps import submit
+from sweeps.grid import JobSpec, SweepError
+from sweeps.state import SweepPaths, read_json
+from sweeps.submit import ExecutorOptions, job_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "launch" / "sweep.py"
@@ -472,7 +472,7 @@ def test_a_run_in_use_or_stopped_by_sigterm_leaves_the_job_to_a_relaunch(tmp_pat
     """Exit code 75 (another process trains that run, as after a requeue whose old process is
     still ending) and 143 (a SIGTERM answered with a checkpoint) are recorded as interrupted,
     which a relaunch runs again, not as failed."""
-    from launch.sweep_lib.job import RunJob
+    from sweeps.job import RunJob
 
     script_text = f"import sys; print({message!r}, file=sys.stderr); sys.exit({code})"
     job = RunJob("sac/cartpole-swingup/none-utd1-seed0", [sys.executable, "-c", script_text],

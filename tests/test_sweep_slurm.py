@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from test_sweep_local import eval_rows, scripts, sweep_argv, wait_for  # noqa: F401 - fixture
 
-from launch.sweep_lib.state import SweepPaths, read_json
+from sweeps.state import SweepPaths, read_json
 from tests.helpers.slurm_fixture import SlurmCluster, unavailable_reason
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out

@@ -14,12 +14,12 @@ import time
 
 import pytest
 
-from launch import ctrl_c
-from launch.rundir.record import write_json
-from launch.sweep_lib import submit
-from launch.sweep_lib.grid import JobSpec, SweepError
-from launch.sweep_lib.job import last_line
-from launch.sweep_lib.state import (
+from experiment import ctrl_c
+from experiment.rundir.record import write_json
+from sweeps import submit
+from sweeps.grid import JobSpec, SweepError
+from sweeps.job import last_line
+from sweeps.state import (
     STALE_AFTER_S,
     Status,
     SweepPaths,
@@ -30,8 +30,8 @@ from launch.sweep_lib.state import (
     this_process,
     update_record,
 )
-from launch.sweep_lib.stop import stop
-from launch.sweep_lib.submit import (
+from sweeps.stop import stop
+from sweeps.submit import (
     _MISSING,
     check_run_dirs,
     check_unfinished_launches,
@@ -335,7 +335,7 @@ def test_a_dry_run_refused_only_because_its_run_is_in_use_passes(monkeypatch):
 
 
 def test_following_the_jobs_raises_a_ctrl_c_that_python_dropped(monkeypatch):
-    """As the training loop does (launch/ctrl_c.py): the sweep then stops following."""
+    """As the training loop does (experiment/ctrl_c.py): the sweep then stops following."""
     key = "sac/cheetah-run/none-utd1-seed0"
     polls = iter([Status("running", "", {}), Status("done", "", {})])
     monkeypatch.setattr(submit, "collect", lambda paths, keys: {key: next(polls)})

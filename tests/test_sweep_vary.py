@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.sweep_lib import submit
-from launch.sweep_lib.grid import (
+from sweeps import submit
+from sweeps.grid import (
     JobSpec,
     SweepError,
     check_seed_overlap,
@@ -23,7 +23,7 @@ from launch.sweep_lib.grid import (
     make_grid,
     vary_keys,
 )
-from launch.sweep_lib.state import Status
+from sweeps.state import Status
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "random_label_digits"
@@ -385,7 +385,7 @@ def test_compare_continual_refuses_its_bad_flags_before_training(args, message):
 def test_recorded_jobs_with_varied_settings_and_older_ones_are_read_back(tmp_path):
     """--status without the grid reads the jobs from their records: a job with varied
     settings, and one recorded before them (its c value as clip_c)."""
-    from launch.sweep_lib.state import SweepPaths, update_record
+    from sweeps.state import SweepPaths, update_record
 
     paths = SweepPaths(str(tmp_path))
     (new,) = make_grid("continual", envs=TASK, interventions="clip",

@@ -1,4 +1,4 @@
-"""The XLA:CPU options of launch.xla_flags: how they are added, and that they take effect."""
+"""The XLA:CPU options of experiment.xla_flags: how they are added, and that they take effect."""
 
 import os
 import subprocess
@@ -8,7 +8,7 @@ import textwrap
 import jaxlib
 import pytest
 
-from launch.xla_flags import CPU_FLAGS, CPU_ONLY_FLAGS, GPU_FLAGS, apply_xla_flags
+from experiment.xla_flags import CPU_FLAGS, CPU_ONLY_FLAGS, GPU_FLAGS, apply_xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +36,7 @@ def test_gpu_keeps_its_reduction_passes_and_stock_opt_out():
 
 def test_gpu_computes_deterministically_unless_the_user_says_otherwise():
     """Without deterministic GPU ops, two runs of one command can differ on a GPU, and so can a
-    resumed run and an uninterrupted one (launch/xla_flags.py)."""
+    resumed run and an uninterrupted one (experiment/xla_flags.py)."""
     assert "--xla_gpu_deterministic_ops=true" in apply_xla_flags({}, gpu=True).split()
     assert "--xla_gpu_deterministic_ops=true" not in apply_xla_flags({}, gpu=False).split()
     env = {"XLA_FLAGS": "--xla_gpu_deterministic_ops=false"}
@@ -76,7 +76,7 @@ def test_flags_take_effect_when_the_run_scripts_import_the_project():
 
 
 def test_the_scripts_run_lapack_on_one_openblas_thread_unless_the_user_says_otherwise():
-    from launch.startup import one_blas_thread
+    from experiment.startup import one_blas_thread
     environ = {}
     one_blas_thread(environ)
     assert environ == {"OPENBLAS_NUM_THREADS": "1"}

@@ -6,8 +6,8 @@ import dataclasses
 import jax
 
 from agents import bro, make_agent, sac
-from launch.config import TrainConfig
-from launch.events import intervention_plan, with_hooks
+from experiment.config import TrainConfig
+from experiment.events import intervention_plan, with_hooks
 
 OBS, ACT = 5, 2
 TINY = {"sac": dataclasses.replace(sac.SACConfig(), hidden_dims=(16, 16)),

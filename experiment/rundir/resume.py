@@ -9,9 +9,9 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
-from launch.config import ConfigError, TrainConfig
-from launch.rundir.files import DIVERGED, done_problem
-from launch.rundir.record import (
+from experiment.config import ConfigError, TrainConfig
+from experiment.rundir.files import DIVERGED, done_problem
+from experiment.rundir.record import (
     WATCH_SETTINGS,
     flat_settings,
     read_config,

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from launch.sweep_lib.job import claim
-from launch.sweep_lib.state import (
+from sweeps.job import claim
+from sweeps.state import (
     SweepPaths,
     damaged_record,
     process_alive,

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from agents import Agent, make_agent
+from experiment import diagnose as diag
+from experiment.config import ConfigError, TrainConfig, run_schedule
 from interventions import (
     EventContext,
     Plan,
@@ -24,8 +26,6 @@ from interventions import (
     weight_extremes,
 )
 from interventions.diagnostics import shared_layers
-from launch import diagnose as diag
-from launch.config import ConfigError, TrainConfig, run_schedule
 
 
 class Intervention(NamedTuple):

@@ -1,14 +1,14 @@
 """What each script of `launch/` does first, before it imports JAX (`begin()`): set the XLA
-options of `launch.xla_flags` and one OpenBLAS thread for LAPACK, and, when that script is the
+options of `experiment.xla_flags` and one OpenBLAS thread for LAPACK, and, when that script is the
 program (`python launch/run_sac.py ...`; not when a test or a notebook imports it as a module),
 hold a Ctrl-C that comes while the libraries are imported until the script's main is ready for
-it; one that Python drops later is raised in the training loop (`launch.ctrl_c`)."""
+it; one that Python drops later is raised in the training loop (`experiment.ctrl_c`)."""
 
 import os
 import sys
 
-from launch import ctrl_c
-from launch.xla_flags import apply_xla_flags
+from experiment import ctrl_c
+from experiment.xla_flags import apply_xla_flags
 
 SCRIPTS = ("run_sac.py", "run_bro.py", "sweep.py", "aggregate.py", "plot_run.py",
            "run_continual.py", "aggregate_continual.py", "compare_continual.py",

@@ -9,7 +9,7 @@ raised inside a garbage-collector callback (JAX registers one) or a ctypes callb
 (dm_control's MuJoCo warnings) is printed as "Exception ignored" and dropped: 4 of those 25
 runs went on training.
 
-`hold()`, which `launch/startup.py` calls before a script's other imports when that script is
+`hold()`, which `experiment/startup.py` calls before a script's other imports when that script is
 the program (not when a test or a notebook imports it), holds a Ctrl-C (a second one stops the
 process at once) until the script's main calls `deliver()`, and from then on records a
 KeyboardInterrupt that Python drops (instead of printing it as "Exception ignored") or that code

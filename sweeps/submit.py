@@ -19,16 +19,16 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 import submitit
 
 from envs import make_env
-from launch import ctrl_c
-from launch.config import AGENT_DEFAULTS
-from launch.memory import buffer_nbytes, env_nbytes, host_memory_bytes, sized
-from launch.rundir.code import CODE, other_code, recorded_code
-from launch.rundir.files import is_finished
-from launch.rundir.lock import EXIT_IN_USE
-from launch.rundir.record import WATCH_SETTINGS, with_added_settings, with_resolved_settings
-from launch.sweep_lib.grid import FLAG_FIELDS, JobSpec, SweepError, job_flags
-from launch.sweep_lib.job import LocalWorker, RunJob
-from launch.sweep_lib.state import (
+from experiment import ctrl_c
+from experiment.config import AGENT_DEFAULTS
+from experiment.memory import buffer_nbytes, env_nbytes, host_memory_bytes, sized
+from experiment.rundir.code import CODE, other_code, recorded_code
+from experiment.rundir.files import is_finished
+from experiment.rundir.lock import EXIT_IN_USE
+from experiment.rundir.record import WATCH_SETTINGS, with_added_settings, with_resolved_settings
+from sweeps.grid import FLAG_FIELDS, JobSpec, SweepError, job_flags
+from sweeps.job import LocalWorker, RunJob
+from sweeps.state import (
     FINAL_STATES,
     Status,
     SweepPaths,
@@ -122,7 +122,7 @@ def job_memory(spec: JobSpec, baseline: int, env_bytes: Mapping[str, tuple[int, 
                ) -> int:
     """About the host memory a job's run script holds: `baseline` (its process with its
     libraries loaded, as measured on the jobs' dry runs), its replay buffer and its envs, as
-    the run script counts them (launch.memory); `env_bytes`: (obs_dim, act_dim, bytes) of one
+    the run script counts them (experiment.memory); `env_bytes`: (obs_dim, act_dim, bytes) of one
     env of each task."""
     flags = job_flags(spec.to_dict())
     defaults = AGENT_DEFAULTS[spec.agent]
@@ -454,7 +454,7 @@ def run_dir_conflict(spec: JobSpec, status: Status, logdir: str, launching: bool
 def other_code_warning(specs: Sequence[JobSpec], statuses: Mapping[str, Status],
                        logdir: str) -> str | None:
     """One warning line naming the grid's finished runs known to have run other code than this
-    checkout (launch/rundir/code.py), which a sweep counts as done; None when there are none."""
+    checkout (experiment/rundir/code.py), which a sweep counts as done; None when there are none."""
     runs = {}
     for spec in specs:
         if statuses[spec.key].state != "done":

@@ -39,7 +39,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from launch.rundir.record import CannotResume
+from experiment.rundir.record import CannotResume
 
 
 def _is_key(x: Any) -> bool:

@@ -1,13 +1,13 @@
 """Whether a run fits its machine, checked before anything is compiled or built: the agents'
 states (traced, not allocated) against the device's memory, and the replay buffer, envs and
-states against the host's. The sizes themselves come from `launch.memory` (no JAX)."""
+states against the host's. The sizes themselves come from `experiment.memory` (no JAX)."""
 
 
 import jax
 import numpy as np
 
-from launch.config import TrainConfig
-from launch.memory import (
+from experiment.config import TrainConfig
+from experiment.memory import (
     buffer_nbytes,
     cgroup_memory_limit,
     env_nbytes,

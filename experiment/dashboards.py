@@ -35,8 +35,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from launch.config import ConfigError
-from launch.rundir.record import flat_settings, write_json
+from experiment.config import ConfigError
+from experiment.rundir.record import flat_settings, write_json
 
 # The pip requirement of each dashboard (as setup.py's "logging" extra pins it).
 REQUIREMENTS = {"tensorboard": "tensorboardX==2.6.5", "wandb": "wandb==0.31.0"}

@@ -32,8 +32,8 @@ from agents import AGENTS as _AGENTS
 from continual import config as continual_config
 from continual.tasks import BENCHMARKS
 from envs import check_env_name
+from experiment.config import AGENT_DEFAULTS, MAX_SEEDS, SCHEDULE_FLAGS, TrainConfig
 from interventions import registry
-from launch.config import AGENT_DEFAULTS, MAX_SEEDS, SCHEDULE_FLAGS, TrainConfig
 
 CONTINUAL = "continual"  # launch/run_continual.py: supervised benchmarks, no UTD
 AGENTS = (*_AGENTS, CONTINUAL)
@@ -62,7 +62,9 @@ GRID_KEYS = ("agent", "envs", "preset", "interventions", "utds", "clip_cs", "var
              "first_seed", "seeds_per_job", "extra", *TRAIN_FLAGS)
 MAX_NAME_BYTES = 255  # of a directory's name (most file systems)
 CLIP_C = "clip_c"  # --clip_cs=1.5,2 is --vary=clip_c=1.5,2; its runs are named -c<c>
-DEFAULT_SCRIPT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The scripts (run_<agent>.py) lie in launch/ beside this package.
+DEFAULT_SCRIPT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "launch")
 
 
 class SweepError(ValueError):

@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 
-from launch.rundir.record import CannotResume, write_json
+from experiment.rundir.record import CannotResume, write_json
 
 CSV_HEADERS = {
     "eval.csv": ("env_step", "seed", "return", "wall_time"),
@@ -21,7 +21,7 @@ CSV_HEADERS = {
 
 DIVERGED = "diverged.json"
 
-LOSS_WARNINGS = "loss_warnings.json"  # losses past launch.train.LOSS_LIMIT, first crossings
+LOSS_WARNINGS = "loss_warnings.json"  # losses past experiment.train.LOSS_LIMIT, first crossings
 
 
 def done_problem(path: str) -> str | None:
@@ -58,7 +58,7 @@ class RunFiles:
                  headers: dict[str, Sequence[str]] = CSV_HEADERS, seed_files: bool = True):
         """Open the logs (`headers`: CSV file name -> header; `seed_files`: a <seed>.txt per
         seed too); `fresh` empties them (a run starting over), else they are appended.
-        `dashboards` (launch.dashboards.Dashboards, or None) get every CSV row too."""
+        `dashboards` (experiment.dashboards.Dashboards, or None) get every CSV row too."""
         self.run_dir = run_dir
         self.seeds = list(seeds)
         self.dashboards = dashboards

@@ -22,14 +22,14 @@ from tqdm import tqdm
 
 from agents import Agent
 from envs import make_env, make_vector_env
-from launch import ctrl_c, dashboards
-from launch import diagnose as diag
-from launch.checkpoint import Checkpointer
-from launch.config import TrainConfig
-from launch.events import Intervention, build_intervention, intervention_plan, with_hooks
-from launch.resources import check_fits
-from launch.rundir.files import LOSS_WARNINGS, RunFiles, read_loss_warnings
-from launch.rundir.record import CannotResume, config_record, with_earlier_versions, write_json
+from experiment import ctrl_c, dashboards
+from experiment import diagnose as diag
+from experiment.checkpoint import Checkpointer
+from experiment.config import TrainConfig
+from experiment.events import Intervention, build_intervention, intervention_plan, with_hooks
+from experiment.resources import check_fits
+from experiment.rundir.files import LOSS_WARNINGS, RunFiles, read_loss_warnings
+from experiment.rundir.record import CannotResume, config_record, with_earlier_versions, write_json
 from learners.batch import Batch
 from replay import ReplayBuffer
 
@@ -87,9 +87,9 @@ LOSS_LIMIT = 1e10
 
 def make_trainer(agent: Agent, cfg: TrainConfig) -> "Trainer":
     """The trainer `cfg` asks for: replay in host memory, or on the device
-    (`launch.device_loop.DeviceReplayTrainer`, imported only then)."""
+    (`experiment.device_loop.DeviceReplayTrainer`, imported only then)."""
     if cfg.replay_on_device:
-        from launch.device_loop import DeviceReplayTrainer
+        from experiment.device_loop import DeviceReplayTrainer
 
         return DeviceReplayTrainer(agent, cfg)
     return Trainer(agent, cfg)

@@ -13,11 +13,11 @@ import platform
 import sys
 import tempfile
 
+from experiment.rundir.code import CODE
 from interventions.registry import all_settings
-from launch.rundir.code import CODE
 
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "dm_control", "orbax-checkpoint", "numpy")
-# The dashboards' settings (launch/dashboards.py): how a run is watched, not what it computes,
+# The dashboards' settings (experiment/dashboards.py): how a run is watched, not what it computes,
 # so a resume may change them and aggregation pools runs that differ in them.
 WATCH_SETTINGS = ("log_to", "wandb_project", "wandb_entity", "wandb_group", "wandb_mode")
 
@@ -34,7 +34,7 @@ def versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             out[name] = "not installed"
     out["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
-    out["code"] = CODE  # this checkout's commit (launch/rundir/code.py)
+    out["code"] = CODE  # this checkout's commit (experiment/rundir/code.py)
     return out
 
 

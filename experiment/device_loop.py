@@ -11,7 +11,7 @@ with the previous step's actions, says which.
 import jax
 import jax.numpy as jnp
 
-from launch.train import Loop, Trainer
+from experiment.train import Loop, Trainer
 from replay import device as device_replay
 
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import submitit
 from submitit.core.utils import DelayedSubmission
 
-from launch.rundir.files import is_finished
-from launch.rundir.lock import EXIT_IN_USE, EXIT_STOPPED
-from launch.sweep_lib.state import HEARTBEAT_S, read_json, this_process, update_record
+from experiment.rundir.files import is_finished
+from experiment.rundir.lock import EXIT_IN_USE, EXIT_STOPPED
+from sweeps.state import HEARTBEAT_S, read_json, this_process, update_record
 
 # After the script dies of a signal, or stops on one (exit 143), wait this long for submitit's
 # preemption signal to arrive (SLURM preemption sends SIGTERM to every process, then the signal

@@ -13,9 +13,7 @@ from collections.abc import Sequence
 from absl import flags
 
 from envs.vector import ENV_BACKENDS
-from interventions import registry
-from interventions.schedule import SCHEDULE_UNITS
-from launch.config import (
+from experiment.config import (
     RESUME_MODES,
     WANDB_MODES,
     ConfigError,
@@ -23,6 +21,8 @@ from launch.config import (
     check_read_when,
     validate,
 )
+from interventions import registry
+from interventions.schedule import SCHEDULE_UNITS
 
 HELP_FLAGS = {"help", "?", "helpshort", "helpfull", "helpxml"}
 
@@ -156,7 +156,7 @@ def method_values(values: dict) -> dict:
 
 
 def define_dashboard_flags(d: TrainConfig) -> None:
-    """The flags of the optional dashboards (`launch/dashboards.py`)."""
+    """The flags of the optional dashboards (`experiment/dashboards.py`)."""
     flags.DEFINE_list("log_to", list(d.log_to), "Dashboards to log to besides the CSV files: "
                       "tensorboard (event files in <run_dir>/tensorboard/seed<k>/), wandb (one "
                       "Weights & Biases run per seed); empty: none.")

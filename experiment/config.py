@@ -1,7 +1,7 @@
 """The run configuration: one frozen dataclass, the run scripts' defaults, its validation and
 its warnings. `validate` checks every setting before anything is compiled and raises
 `ConfigError` with one line saying what was wrong and what is accepted; the run scripts turn
-it into exit code 2. The absl flags onto it are in `launch.cli`."""
+it into exit code 2. The absl flags onto it are in `experiment.cli`."""
 
 import dataclasses
 import math
@@ -74,7 +74,7 @@ class _TrainConfig:
     keep_final_buffer: bool = False
     resume: str = "auto"
     progress: bool = True
-    # Dashboards (launch/dashboards.py), on top of the CSV files; settings of how a run is
+    # Dashboards (experiment/dashboards.py), on top of the CSV files; settings of how a run is
     # watched, not of what it computes (a resume may change them).
     log_to: tuple[str, ...] = ()
     wandb_project: str = ""
@@ -368,7 +368,7 @@ def seed_warning(cfg: TrainConfig) -> str | None:
             f"{cfg.num_seeds} or more keeps them apart")
 
 
-# Dashboards (launch/dashboards.py): what --log_to accepts, wandb's modes.
+# Dashboards (experiment/dashboards.py): what --log_to accepts, wandb's modes.
 DASHBOARDS = ("tensorboard", "wandb")
 WANDB_MODES = ("online", "offline", "disabled")
 WANDB_FLAGS = ("wandb_project", "wandb_entity", "wandb_group", "wandb_mode")

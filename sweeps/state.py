@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from launch.rundir.record import write_json
-from launch.sweep_lib.grid import SweepError
+from experiment.rundir.record import write_json
+from sweeps.grid import SweepError
 
 SWEEP_DIR = ".sweep"
 HEARTBEAT_S = 10.0

@@ -22,9 +22,9 @@ from absl import flags, logging
 from agents import make_agent
 from envs import UnknownEnvError, check_env_name, make_env
 from envs.envpool_backend import EnvBackendError, check_task
-from launch import ctrl_c
-from launch.cli import config_from_flags, one_line_flag_parser
-from launch.config import (
+from experiment import ctrl_c
+from experiment.cli import config_from_flags, one_line_flag_parser
+from experiment.config import (
     ConfigError,
     TrainConfig,
     dashboards_warning,
@@ -35,19 +35,19 @@ from launch.config import (
     unused_flags_warning,
     validate,
 )
-from launch.dashboards import DashboardError, check_installed
-from launch.events import intervention_plan
-from launch.resources import TooLargeForMemory, check_fits
-from launch.rundir.lock import (
+from experiment.dashboards import DashboardError, check_installed
+from experiment.events import intervention_plan
+from experiment.resources import TooLargeForMemory, check_fits
+from experiment.rundir.lock import (
     EXIT_IN_USE,
     EXIT_STOPPED,
     RunDirInUse,
     check_not_in_use,
     lock_run_dir,
 )
-from launch.rundir.record import CannotResume, config_record
-from launch.rundir.resume import checkpoint_dirs, resume_state
-from launch.train import Diverged, Stopped, Trainer, UnevenEpisodes, make_trainer, seed_init
+from experiment.rundir.record import CannotResume, config_record
+from experiment.rundir.resume import checkpoint_dirs, resume_state
+from experiment.train import Diverged, Stopped, Trainer, UnevenEpisodes, make_trainer, seed_init
 
 __all__ = ["ConfigError", "main"]
 

@@ -15,7 +15,7 @@
 `python benchmarks/xla_options.py` runs the SAC update under other options. A flag the user
 already put in XLA_FLAGS is left as the user set it; SINGULARCLIP_STOCK_XLA=1 adds nothing. XLA
 reads XLA_FLAGS once, when the first computation starts its backend, so this must run before
-that: the entry points call it through `launch.startup.begin()` before they import JAX, and
+that: the entry points call it through `experiment.startup.begin()` before they import JAX, and
 tests/conftest.py before the suite does; importing this module changes nothing.
 """
 
