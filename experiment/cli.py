@@ -27,6 +27,13 @@ from interventions.schedule import SCHEDULE_UNITS
 HELP_FLAGS = {"help", "?", "helpshort", "helpfull", "helpxml"}
 
 
+# Read by experiment.startup.begin() from the command line before the flags are defined (the
+# methods it registers get flags of their own); defined here so absl accepts and lists it.
+flags.DEFINE_list("methods_from", [], "Modules of methods from outside this package to register "
+                  "before anything else (e.g. my_pkg.my_method): each defines METHOD (an "
+                  "interventions.Method) or METHODS; then --intervention takes them.")
+
+
 def one_line_flag_parser(prefix: str = "error: "):
     """absl's flag parser for `app.run(..., flags_parser=...)`, but a bad or unknown flag is
     one line on stderr (`prefix` and absl's message) and exit code 2, and --help exits 0."""

@@ -27,9 +27,42 @@ def one_blas_thread(environ=os.environ) -> None:
 
 def begin() -> None:
     """XLA's options and one OpenBLAS thread, then the Ctrl-C hold of a script run as the
-    program."""
+    program, and the methods of its --methods_from modules registered before its flags are
+    defined."""
     apply_xla_flags()
     one_blas_thread()
     program = getattr(sys.modules.get("__main__"), "__file__", None) or ""
     if os.path.basename(program) in SCRIPTS:
         ctrl_c.hold()
+        load_methods_from(sys.argv[1:])
+
+
+def methods_from(argv: list[str]) -> list[str]:
+    """The modules of --methods_from=a,b (or --methods_from a,b) among the arguments, as absl
+    reads them (up to a lone `--`)."""
+    names = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg.startswith("--methods_from="):
+            names += arg.split("=", 1)[1].split(",")
+        elif arg == "--methods_from" and i + 1 < len(argv):
+            names += argv[i + 1].split(",")
+    return [name.strip() for name in names if name.strip()]
+
+
+def load_methods_from(argv: list[str]) -> None:
+    """Register the methods of each --methods_from module (interventions.registry.load_module)
+    before the script defines its flags, so they take --intervention and --<prefix>_* flags
+    like the built-in ones; a module that cannot be loaded is one `error:` line, exit code 2."""
+    names = methods_from(argv)
+    if not names:
+        return
+    from interventions import registry
+
+    for name in names:
+        try:
+            registry.load_module(name)
+        except ValueError as e:
+            print(f"error: --methods_from={name}: {e}", file=sys.stderr)
+            sys.exit(2)

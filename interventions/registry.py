@@ -229,6 +229,28 @@ def register(method: Method) -> Method:
     return method
 
 
+def load_module(name: str) -> list[Method]:
+    """Import the module `name` (a user's method outside this package, e.g. `my_pkg.my_method`)
+    and register its `METHOD` and `METHODS` that are not registered yet; ValueError (one line)
+    when it cannot be imported or defines neither."""
+    import importlib
+
+    try:
+        module = importlib.import_module(name)
+    except Exception as e:  # whatever its import raises, the user's line names it
+        raise ValueError(f"cannot import {name} ({type(e).__name__}: {e}); it must be importable "
+                         "from here (installed, or on PYTHONPATH)") from None
+    methods = [m for m in (getattr(module, "METHOD", None), *getattr(module, "METHODS", ()))
+               if m is not None]
+    if not methods or not all(isinstance(m, Method) for m in methods):
+        raise ValueError(f"{name} defines no METHOD (an interventions.Method) or METHODS (a tuple "
+                         "of them) to register")
+    for method in methods:
+        if _REGISTRY.get(method.name) is not method:
+            register(method)
+    return methods
+
+
 def registered() -> dict[str, Method]:
     """Every registered method by name, in registration order."""
     return dict(_REGISTRY)

@@ -169,3 +169,54 @@ def test_a_plugin_registered_from_outside_runs_end_to_end(tmp_path):
 
 def test_the_toy_methods_are_what_the_plugin_test_registers():
     assert SCALE_BIAS.kind == "event" and CLAMP.kind == "projection"
+
+
+def _with_repo_on_path() -> dict:
+    import os
+
+    return {**os.environ, "PYTHONPATH": REPO}
+
+
+@pytest.mark.slow
+def test_methods_from_registers_an_outside_module_for_a_continual_run(tmp_path):
+    """`--methods_from=module`: a user's method module outside the package, loaded before the
+    flags are defined, is an --intervention with flags of its own, as the built-in ones."""
+    args = ["launch/run_continual.py", "--methods_from=tests.helpers.toy_intervention",
+            "--intervention=toy_scale_bias", "--toy_scale_bias_factor=0.5",
+            "--task=random_label_digits", "--num_tasks=2", "--num_seeds=1", "--hidden_dim=8",
+            "--epochs=1", "--diagnostics=false", "--progress=false", f"--logdir={tmp_path}"]
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=_with_repo_on_path())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "continual" / "random_label_digits" / "toy_scale_bias-seed0"
+    assert json.loads((run_dir / "config.json").read_text())["toy_scale_bias_factor"] == 0.5
+    assert {r["kind"] for r in read_csv(run_dir / "interventions.csv")} == {"toy_scale_bias"}
+    help_text = subprocess.run([sys.executable, "launch/run_sac.py", "--methods_from",
+                                "tests.helpers.toy_intervention", "--help"], cwd=REPO,
+                               capture_output=True, text=True, timeout=120,
+                               env=_with_repo_on_path()).stdout
+    assert "--toy_clamp_bound" in help_text and "--methods_from" in help_text
+
+
+@pytest.mark.parametrize("module, words", [
+    ("nosuch_module_xyz", ["cannot import nosuch_module_xyz", "ModuleNotFoundError"]),
+    ("json", ["json defines no METHOD"]),
+])
+def test_methods_from_a_module_it_cannot_load_is_one_line(module, words):
+    proc = subprocess.run([sys.executable, "launch/run_sac.py", f"--methods_from={module}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: --methods_from={module}: ")
+    for word in words:
+        assert word in lines[0]
+
+
+def test_load_module_registers_its_methods_once(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after
+    before = set(registered())
+    methods = registry.load_module("tests.helpers.toy_intervention")
+    assert {m.name for m in methods} == {"toy_scale_bias", "toy_clamp"}
+    assert registry.load_module("tests.helpers.toy_intervention") == methods  # no clash
+    assert {"toy_scale_bias", "toy_clamp"} <= set(registered())
+    assert before <= set(registered())

@@ -55,6 +55,9 @@ CLAMP = Method(name="toy_clamp", kind="projection", config=ClampConfig,
                init=lambda params, cfg: jnp.zeros(()), project=clamp_kernels)
 
 
+METHODS = (SCALE_BIAS, CLAMP)  # what --methods_from=tests.helpers.toy_intervention registers
+
+
 def register_toys() -> None:
     from interventions import registered
 
