@@ -18,9 +18,8 @@ from replay.buffer import MAX_CAPACITY
 MAX_DEVICE_CAPACITY = 2**31 - 1  # replay.device's
 RESUME_MODES = ("auto", "never", "must")
 # Seeds one process trains: it builds and steps their envs (two per seed) one after another on
-# one thread, so at 1,000 seeds building them took 1.6 to 6.4 minutes and each env step of all
-# seeds 28 ms (cheetah-run) to 0.5 s (dog-run), 8 to 143 hours of env stepping alone in 1M
-# steps, on a 2-core VM (`python benchmarks/env_cost.py`). More seeds go to more processes.
+# one thread, so past a thousand seeds building and stepping them takes hours of a 1M-step run
+# (`python benchmarks/env_cost.py` times both). More seeds go to more processes.
 MAX_SEEDS = 1000
 # Transitions one update call samples and transfers (seeds x utd x batch): 2**31 of them are
 # tens of GiB, far past any machine this runs on, and a count numpy's shapes still take.

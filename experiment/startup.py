@@ -18,10 +18,9 @@ SCRIPTS = ("run_sac.py", "run_bro.py", "sweep.py", "aggregate.py", "plot_run.py"
 def one_blas_thread(environ=os.environ) -> None:
     """One OpenBLAS thread for LAPACK unless the user set OPENBLAS_NUM_THREADS; before numpy or
     scipy loads OpenBLAS. The SVDs, eigendecompositions and QRs of clip, resets and the
-    diagnostics go through scipy's OpenBLAS, whose threads spin against XLA's for the cores: on
-    a 2-core machine under load, numerics.linalg.singular_values of ten 64 x 256 matrices
-    took 0.50 s with OpenBLAS's default threads and 0.019 s with one, and only with one do the
-    LAPACK calls of numerics.linalg.unrolled run side by side."""
+    diagnostics go through scipy's OpenBLAS, whose threads spin against XLA's for the cores
+    (many times slower under load: `python benchmarks/clip.py` times the clip's LAPACK calls),
+    and only with one do the LAPACK calls of numerics.linalg.unrolled run side by side."""
     environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
