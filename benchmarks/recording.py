@@ -2,8 +2,9 @@
 benchmarks/results.csv, one row per number, with the machine, versions and commit it ran on.
 
 Recording is always on: the CSV is the history of every measurement (docs/performance.md shows
-the newest row of each headline metric per machine kind, `python docs/generate.py` writes it). `BENCH_RESULTS=<path>` appends
-to another file instead (`BENCH_RESULTS=/dev/null` records nothing). Imports no JAX: a script
+the newest row of each headline metric per machine kind, `python docs/generate.py` writes it).
+`BENCH_RESULTS=<path>` appends to another file instead (`BENCH_RESULTS=/dev/null` records
+nothing). Imports no JAX: a script
 that has not imported jax (the parent of `xla_options.py`) records the CPU as its machine.
 """
 
