@@ -26,7 +26,8 @@ from absl import app, flags, logging
 
 from continual import config as continual_config
 from continual.data import DataError
-from continual.loop import ContinualRun, Diverged, Stopped, resume_state
+from continual.entry import prepare, train
+from continual.loop import Diverged, Stopped
 from experiment import cli as launch_cli
 from experiment import ctrl_c
 from experiment.cli import one_line_flag_parser
@@ -37,7 +38,6 @@ from experiment.rundir.lock import (
     EXIT_STOPPED,
     RunDirInUse,
     check_not_in_use,
-    lock_run_dir,
 )
 from experiment.rundir.record import CannotResume
 from experiment.runner import check_writable
@@ -77,9 +77,8 @@ def _main(argv: list[str]) -> None:
     try:
         cfg = continual_config.config_from_flags()
         check_installed(cfg)
-        run = ContinualRun(cfg)
-        record = continual_config.record(cfg, run.learner_config)
-        state = resume_state(cfg, record)
+        prepared = prepare(cfg)
+        run, state = prepared.run, prepared.state
         if f.dry_run:
             check_not_in_use(cfg.run_dir)
             if run.data_line:
@@ -93,7 +92,7 @@ def _main(argv: list[str]) -> None:
             print(f"{cfg.run_dir} has already finished; nothing to do", file=sys.stderr)
             return
         check_writable(cfg.run_dir)
-        lock = lock_run_dir(cfg.run_dir)  # noqa: F841 - held until the process ends
+        check_not_in_use(cfg.run_dir)
     except (ConfigError, DataError) as e:
         _fail(str(e), 2)
     except RunDirInUse as e:
@@ -117,7 +116,9 @@ def _main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, stop_at_boundary)
     try:
         with ctrl_c.as_interrupt():
-            run.run(record)
+            train(cfg, prepared)
+    except RunDirInUse as e:  # a second launch that started between the check and the lock
+        _fail(str(e), EXIT_IN_USE)
     except Diverged as e:
         _fail(f"training diverged: {e}; diverged.json in {cfg.run_dir} says where", 1)
     except CannotResume as e:

@@ -260,3 +260,25 @@ def test_a_run_that_diverged_before_its_first_checkpoint_asks_for_resume_never(t
     run("run_continual.py", *flags, "--resume=never")  # trains it again from the start
     assert not os.path.exists(os.path.join(folder, "diverged.json"))
     assert len(read_csv(os.path.join(folder, "tasks.csv"))) == 4  # 2 tasks x 2 seeds
+
+
+def test_the_python_entry_point_runs_what_the_script_runs(tmp_path):
+    """continual.entry.train: the script's run from Python, in process: the same tasks.csv as
+    `launch/run_continual.py` with the same settings, and nothing trained once it has finished."""
+    from continual.entry import train
+
+    digits = BENCHMARKS["random_label_digits"]
+    cfg = dataclasses.replace(CONTINUAL_DEFAULTS, task="random_label_digits", num_tasks=2,
+                              examples=digits.examples, epochs=1, batch_size=digits.batch_size,
+                              hidden_dim=8, num_seeds=2, intervention="clip",
+                              logdir=str(tmp_path / "python"), progress=False)
+    folder = train(cfg)
+    assert folder == cfg.run_dir
+    rows = read_csv(os.path.join(folder, "tasks.csv"))
+    run("run_continual.py", "--task=random_label_digits", "--intervention=clip", "--epochs=1",
+        f"--logdir={tmp_path / 'script'}", *TINY)
+    script = read_csv(os.path.join(run_dir(tmp_path / "script", "random_label_digits",
+                                           "clip-seed0"), "tasks.csv"))
+    assert rows == script
+    stamp = os.path.getmtime(os.path.join(folder, "tasks.csv"))
+    assert train(cfg) == folder and os.path.getmtime(os.path.join(folder, "tasks.csv")) == stamp
