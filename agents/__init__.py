@@ -90,7 +90,7 @@ def _bro(config: "bro.BROConfig", hooks=None) -> Agent:
 
 class Registered(NamedTuple):
     """An agent of the registry: its config class, how it is built, and its run script's
-    training defaults where they differ from experiment.config's TrainConfig (SPEC.md)."""
+    training defaults where they differ from experiment.config's TrainConfig (algorithms.md)."""
 
     config: type
     build: Callable[..., Agent]

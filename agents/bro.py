@@ -1,4 +1,4 @@
-"""BRO, "Bigger, Regularized, Optimistic" (Nauman et al. 2024), as SPEC.md describes it.
+"""BRO, "Bigger, Regularized, Optimistic" (Nauman et al. 2024), as docs/algorithms.md describes it.
 
 Two BroNet quantile critics, a conservative actor trained as in SAC, and an optimistic actor
 that collects the data: a learned shift of the conservative mean, a narrower std, trained on an
@@ -6,7 +6,7 @@ upper bound of Q with a KL penalty towards the conservative policy. The optimism
 KL weight lambda_KL are learned so that the KL per action dimension tracks `target_kl`.
 
 Pure functions over one `BROState` pytree; `update` scans over the `(utd, batch, ...)` axis.
-Where SPEC.md is silent this follows the public BRO reference implementation (see the notes on
+Where algorithms.md is silent this follows the public BRO reference implementation (see the notes on
 `BoundedScalar`, `BROConfig`, `BroActor` and `update_optimistic_actor`).
 """
 
@@ -39,7 +39,7 @@ NUM_CRITICS = 2  # the optimism and pessimism terms use the spread |q1 - q2| / 2
 
 @dataclasses.dataclass(frozen=True)
 class BROConfig:
-    """BRO hyperparameters; defaults as in SPEC.md.
+    """BRO hyperparameters; defaults as in docs/algorithms.md.
 
     AdamW decays every parameter (biases and LayerNorm too), as optax.adamw does without a mask
     and as the BRO reference does.

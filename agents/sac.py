@@ -31,7 +31,7 @@ from networks import Critic, Ensemble, TanhGaussianPolicy, tanh_gaussian_sample
 
 @dataclasses.dataclass(frozen=True)
 class SACConfig:
-    """SAC hyperparameters; defaults as in SPEC.md."""
+    """SAC hyperparameters; defaults as in docs/algorithms.md."""
 
     hidden_dims: tuple[int, ...] = (256, 256)
     layer_norm: bool = True

@@ -1,4 +1,5 @@
-"""Continual supervised benchmarks (SPEC.md): task sequences, data loaders, a classifier learner
+"""Continual supervised benchmarks (docs/algorithms.md): task sequences, data loaders, a
+classifier learner
 and the loop that trains it task by task, with the interventions of the registry.
 
     data      loaders of MNIST, CIFAR-10, downsampled ImageNet and scikit-learn's digits

@@ -32,8 +32,8 @@ from networks.inits import DEFAULT_INIT, INITS
 # and field; applied where the method is registered (tests/test_continual_learner.py checks
 # that each named field exists in a registered method).
 SUPERVISED_SETTINGS = {
-    "clip": {"c": 2.0},  # SPEC.md: c = 2 for continual supervised learning
-    # SPEC.md: supervised Shrink & Perturb as DASH's S&P baseline (main.py sp_lambda, the
+    "clip": {"c": 2.0},  # docs/algorithms.md: c = 2 for continual supervised learning
+    # docs/algorithms.md: supervised Shrink & Perturb as DASH's S&P baseline (main.py sp_lambda, the
     # models' weight_sp): theta <- 0.3 theta + N(0, 0.01^2) on the Dense and Conv layers'
     # kernels and biases, normalization layers and the optimizer state kept
     "shrink_perturb": {"shrink": 0.3, "perturb": 1.0, "noise": "gaussian", "sigma": 0.01,
@@ -149,7 +149,8 @@ def define_flags(d: ContinualConfig = CONTINUAL_DEFAULTS) -> None:
                          "paper's LayerNorm baseline is --intervention=none).")
     flags.DEFINE_enum("init", d.init, list(INITS), "The kernels' and biases' initialisation "
                       "(the paper gives none): orthogonal with scale sqrt(2) and zero biases "
-                      "(SPEC.md, as the RL networks); pytorch, PyTorch's default of nn.Linear "
+                      "(docs/algorithms.md, as the RL networks); pytorch, PyTorch's default of "
+                      "nn.Linear "
                       "and nn.Conv2d (kernels kaiming-uniform with a = sqrt(5), i.e. U(+-1/"
                       "sqrt(fan_in)), biases U(+-1/sqrt(fan_in))); flax's lecun_normal or "
                       "he_normal with zero biases.")

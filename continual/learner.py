@@ -26,7 +26,7 @@ from networks.inits import DEFAULT_INIT, INITS
 NETWORKS = ("mlp", "conv")
 OPTIMIZERS = ("adam", "sgd", "muon")
 # Adam's 1e-3 is the common choice in these benchmarks (Dohare et al. 2024; Kumar et al. 2023;
-# SPEC.md): the paper gives no optimizer. SGD and Muon read the same --learning_rate.
+# docs/algorithms.md): the paper gives no optimizer. SGD and Muon read the same --learning_rate.
 DEFAULT_LEARNING_RATE = 1e-3
 
 

@@ -1,4 +1,4 @@
-"""The benchmarks' task sequences (SPEC.md, "Continual supervised benchmarks").
+"""The benchmarks' task sequences (docs/algorithms.md, "Continual supervised benchmarks").
 
 A benchmark names its data set, how each task differs from the last (a new pixel permutation,
 labels redrawn at random, or the next pair of classes) and its protocol (examples, epochs and
@@ -45,16 +45,16 @@ class Benchmark:
 
 BENCHMARKS = {b.name: b for b in (
     Benchmark("permuted_mnist", "mnist", "permuted", 10_000, 10, 500, "mlp", 256,
-              source="SPEC.md: 10,000 images, 10 epochs, batch 500 (200 steps)"),
+              source="docs/algorithms.md: 10,000 images, 10 epochs, batch 500 (200 steps)"),
     Benchmark("random_label_mnist", "mnist", "random_label", 2_048, 10, 512, "mlp", 256,
-              source="SPEC.md: 2,048 images, 10 epochs, batch 512 (40 steps)"),
+              source="docs/algorithms.md: 2,048 images, 10 epochs, batch 512 (40 steps)"),
     Benchmark("random_label_cifar", "cifar10", "random_label", 2_048, 10, 512, "conv", 256,
-              (32, 64), source="SPEC.md: 2 conv blocks, 4096 -> 256 (8 x 8 x 64 after two "
+              (32, 64), source="algorithms.md: 2 conv blocks, 4096 -> 256 (8 x 8 x 64 after two "
               "pools of 32 x 32 images)"),
     Benchmark("random_label_imagenet", "imagenet32", "random_label", 16_384, 20, 4_096, "conv",
-              512, (64, 128, 256), source="SPEC.md: 3 conv blocks, 4096 -> 512, 1000 labels"),
+              512, (64, 128, 256), source="algorithms.md: 3 conv blocks, 4096 -> 512, 1000 labels"),
     Benchmark("continual_imagenet", "imagenet32", "class_pairs", 600, 10, 100, "conv", 512,
-              (64, 128, 256), num_tasks=500, source="SPEC.md (Dohare et al. 2024): 500 binary "
+              (64, 128, 256), num_tasks=500, source="Dohare et al. 2024: 500 binary "
               "tasks, 600 images per class"),
     Benchmark("permuted_digits", "digits", "permuted", 1_500, 10, 100, "mlp", 256,
               source="permuted_mnist's protocol on 1,500 of the 1,797 digits (150 steps)"),

@@ -115,7 +115,7 @@ class _TrainConfig:
 TrainConfig = with_method_settings(_TrainConfig)
 
 
-# Each run script's defaults (agents.AGENTS: where they differ from TrainConfig's, SPEC.md);
+# Each run script's defaults (agents.AGENTS: where they differ from TrainConfig's, algorithms.md);
 # sweeps read them too, so that a grid leaving out --utds or --interventions gets what the run
 # script would.
 AGENT_DEFAULTS = {name: TrainConfig(agent=name, **entry.train_defaults)

@@ -1,4 +1,5 @@
-"""Plasticity diagnostics (SPEC.md): weight-matrix spectra, srank and dormant units of features.
+"""Plasticity diagnostics (docs/algorithms.md): weight-matrix spectra, srank and dormant units of
+features.
 
 All functions are jittable and keep leading batch axes (seeds, ensemble members): a metric of a
 kernel of shape (seeds, ensemble, m, n) has shape (seeds, ensemble).

@@ -3,7 +3,7 @@
 msign(W) = U V^T for W = U S V^T. With O = msign(W), a wide W (m <= n) and
 P(t) = (tO - W) msign(tO - W)^T = U |t - S| U^T:
 
-    clip_[a,b](W) = 1/2 [ (a+b) I + P(a) - P(b) ] O          (two-sided, as in SPEC.md)
+    clip_[a,b](W) = 1/2 [ (a+b) I + P(a) - P(b) ] O          (two-sided, as in docs/algorithms.md)
     clip_[0,b](W) = 1/2 [ b I + W O^T - P(b) ] O             (upper only: min(S, b))
     clip_[a,inf)(W) = 1/2 [ a I + W O^T + P(a) ] O           (lower only: max(S, a))
 

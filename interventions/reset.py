@@ -1,4 +1,4 @@
-"""Resets: put chosen parts of an agent state back to initial values (SPEC.md, Reset).
+"""Resets: put chosen parts of an agent state back to initial values (docs/algorithms.md, Reset).
 
 SAC re-initialises with a fresh key; BRO returns to the weights the run started from. Both take
 the selected parts (actor, critic, target, temperature, optimizer states, ...) from a state of the

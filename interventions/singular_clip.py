@@ -1,4 +1,4 @@
-"""SingularClip: clip every weight matrix's singular values into [1/c, c] (SPEC.md).
+"""SingularClip: clip every weight matrix's singular values into [1/c, c] (docs/algorithms.md).
 
 sc(W) = U clip(S, 1/c, c) V^T is the Frobenius-norm projection of W onto the matrices whose
 singular values all lie in [1/c, c]; c = 1 gives U V^T. Which leaves are weight matrices, and

@@ -1,4 +1,4 @@
-"""The anisotropic-initialisation experiment (SPEC.md, last paragraph): the steps a network needs
+"""The anisotropic-initialisation experiment (docs/continual.md): the steps a network needs
 to fit a fixed subset of a stationary task, as a function of d, the number of unit singular
 values of its weights at initialisation.
 

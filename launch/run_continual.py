@@ -1,4 +1,4 @@
-"""Train on a continual supervised benchmark (SPEC.md, "Continual supervised benchmarks").
+"""Train on a continual supervised benchmark (algorithms.md, "Continual supervised benchmarks").
 
     python launch/run_continual.py --task=random_label_mnist --intervention=clip --num_seeds=10
 

@@ -1,4 +1,4 @@
-"""The continual supervised benchmarks' classifiers (SPEC.md, "Continual supervised benchmarks").
+"""The continual supervised benchmarks' classifiers (docs/algorithms.md, "Continual benchmarks").
 
 `Classifier`: the LayerNorm MLP (`networks.MLP`, as MLP_0) then a Dense head (Dense_0).
 `ConvClassifier`: `len(channels)` x (Conv_i 3x3 -> BatchNorm_i -> ReLU -> 2x2 max-pool), flatten

@@ -78,7 +78,7 @@ def orthogonal(scale: float = 1.0) -> nn.initializers.Initializer:
     return init
 
 
-RELU_GAIN = math.sqrt(2.0)  # SPEC.md's orthogonal init scale
+RELU_GAIN = math.sqrt(2.0)  # docs/algorithms.md's orthogonal init scale
 
 
 def default_init(scale: float = RELU_GAIN) -> nn.initializers.Initializer:

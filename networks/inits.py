@@ -3,7 +3,7 @@
 `layer_init(name, fan_in)` gives `(kernel_init, bias_init)` of a Dense or Conv layer with
 `fan_in` inputs per output (a 3x3 conv: 9 x input channels):
 
-- "orthogonal": orthogonal kernels with scale sqrt(2), zero biases (SPEC.md; the RL networks').
+- "orthogonal": orthogonal kernels with scale sqrt(2), zero biases (the RL networks').
 - "pytorch": PyTorch's default of `nn.Linear` and `nn.Conv2d` (`reset_parameters`):
   kaiming_uniform_(a=sqrt(5)) on the kernel, which is U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and
   the bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)).

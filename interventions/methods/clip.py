@@ -1,4 +1,4 @@
-"""SingularClip (SPEC.md): every weight matrix's singular values clipped into [1/c, c]."""
+"""SingularClip (algorithms.md): every weight matrix's singular values clipped into [1/c, c]."""
 
 import dataclasses
 import functools
@@ -39,11 +39,11 @@ class ClipConfig(Settings):
                          "bottom ([1/c, inf)).", SIDES)
     parts: tuple[str, ...] = parts_setting("SingularClip")
     opt_state: str = setting("keep", "What a clip does with the optimizer state (Adam's moments "
-                             "and step count) of each network it clips: keep it (SPEC.md), or "
+                             "and step count) of each network it clips: keep it, or "
                              "reset it to its initial value, as a reset does.", OPT_STATES)
     ns_steps: int = setting(DEFAULT_NS_STEPS, "Polar Express iterations per matrix sign with "
-                            "method newton_schulz (SPEC's coefficients are for 8; steps past 8 "
-                            "repeat the last; see benchmarks/clip.py).",
+                            "method newton_schulz (the Polar Express coefficients are for 8; "
+                            "steps past 8 repeat the last; see benchmarks/clip.py).",
                             read_when=("method", "newton_schulz"))
 
     def check(self):

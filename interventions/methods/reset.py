@@ -1,4 +1,4 @@
-"""Resets (SPEC.md, Reset): the chosen parts go back to initial values, as the learner resets
+"""Resets (algorithms.md, Reset): the chosen parts go back to initial values, as the learner resets
 (SAC: a fresh initialisation with a new key; BRO: the weights the run started from)."""
 
 import dataclasses
