@@ -112,13 +112,40 @@ def aggregate_command(task: str) -> list[str]:
     return command
 
 
+def damaged_finished_run() -> str | None:
+    """What is wrong with the first finished run of the logdir whose config.json or tasks.csv
+    the aggregation cannot read (one line naming the file), or None: said before any training,
+    not after it. Unfinished runs are left to their resume, which cuts their files back to
+    their last checkpoint."""
+    from analysis.continual import find_runs, read_run
+    from analysis.errors import AggregationError
+
+    for task in FLAGS.tasks:
+        root = os.path.join(FLAGS.logdir, "continual", task)
+        if not os.path.isdir(root):
+            continue
+        try:
+            folders = find_runs([root])
+        except AggregationError:  # no run there yet
+            continue
+        for folder in folders:
+            if not os.path.exists(os.path.join(folder, "done.json")):
+                continue
+            try:
+                read_run(folder, "online_accuracy")
+            except AggregationError as e:
+                return (f"{e} (a finished run of {FLAGS.logdir}, which the comparison would "
+                        "aggregate after training: mend it or move it away)")
+    return None
+
+
 def main(argv: list[str]) -> None:
     extra = argv[1:]
     if any(not a.startswith("-") for a in extra):
         print(f"error: unexpected arguments {extra}; flags for the run scripts go after `--`",
               file=sys.stderr)
         sys.exit(2)
-    error = flag_error()
+    error = flag_error() or damaged_finished_run()
     if error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -407,3 +407,30 @@ def test_a_run_name_too_long_for_a_directory_is_refused():
     grid = make_grid("continual", envs=TASK, vary=[f"data_dir={'d' * 250}"])
     with pytest.raises(SweepError, match=r"longer than a directory's name may be \(255 bytes\)"):
         expand([grid])
+
+
+@pytest.mark.parametrize("damage, words", [
+    ({"config.json": "{"}, ["config.json", "mend it or move it away"]),
+    ({"tasks.csv": "task,seed,online_accuracy,final_accuracy,loss\n0,0,x,0.1,2.3\n"},
+     ["tasks.csv", "line 2", "mend it or move it away"]),
+])
+def test_compare_continual_refuses_a_damaged_finished_run_before_training(tmp_path, damage,
+                                                                           words):
+    """A finished run in the logdir that the aggregation could not read is one line before the
+    sweep trains anything, not a failure after it; an unfinished one is left to its resume."""
+    folder = tmp_path / "continual" / "random_label_digits" / "clip-seed0"
+    folder.mkdir(parents=True)
+    files = {"config.json": json.dumps({"task": "random_label_digits", "intervention": "clip"}),
+             "tasks.csv": "task,seed,online_accuracy,final_accuracy,loss\n0,0,0.2,0.1,2.3\n",
+             **damage}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    unfinished = compare(f"--logdir={tmp_path}", "--tasks=random_label_digits")
+    assert unfinished.returncode == 0, unfinished.stderr  # no done.json: its resume mends it
+    (folder / "done.json").write_text("{}")
+    proc = compare(f"--logdir={tmp_path}", "--tasks=random_label_digits")
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "sweep.py" not in proc.stdout  # nothing launched
+    for word in words:
+        assert word in lines[0], lines[0]
