@@ -4,12 +4,12 @@
         --out=aggregate/random_label_digits
 
 Per method (its --intervention; "(no LayerNorm)" for --layer_norm=false runs): the average
-online accuracy of each task over seeds with a 95 % stratified-bootstrap band (curve.png,
+online accuracy of each task over seeds with a 95-percent stratified-bootstrap band (curve.png,
 curve.csv), a table of the mean over all tasks and over the last --last tasks with bootstrap
 intervals over seeds, and the probability of improvement of --reference (clip) over every
 other method (table.md, table.csv, summary.json).
 
-    python launch/aggregate_continual.py --runs=runs/continual/permuted_digits \
+    python launch/aggregate_continual.py --runs=runs/continual/permuted_digits \\
         --settings=init,weight_decay,event_opt_state --out=aggregate/permuted_digits_settings
 
 compares the methods within each combination of those config.json settings instead (a run that

@@ -12,7 +12,7 @@ launch/aggregate_continual.py on each benchmark into <logdir>/aggregate/<task>/.
 A study of one method's settings is one command too: --vary axes go to the sweep, and
 --group_by (or --settings) to the aggregation, which then tells the settings' runs apart:
 
-    python launch/compare_continual.py --tasks=random_label_mnist --interventions=none,clip \
+    python launch/compare_continual.py --tasks=random_label_mnist --interventions=none,clip \\
         --vary=clip_c=1.5,2,4 --vary=clip_sides=both,upper --group_by=clip_c,clip_sides
 """
 

@@ -82,6 +82,17 @@ def test_every_entry_point_is_in_the_flag_reference():
         assert f"\nlaunch/{script}:\n" in page  # absl's heading of the script's own flags
 
 
+@pytest.mark.parametrize("script", _entry_points())
+def test_a_script_docstring_prints_as_written(script):
+    """absl's --help prints a script's docstring through `%` formatting (a lone "95 % s"
+    becomes the script's path), and a backslash that ends a line of a plain string joins the
+    lines of a command example into one."""
+    doc = ast.get_docstring(ast.parse(read(os.path.join("launch", script))), clean=False)
+    assert doc.count("%") == 2 * doc.count("%%"), f"{script}: write % as %% or in words"
+    joined = re.findall(r"\S {4,}--\w", doc)
+    assert not joined, f"{script}: a command's continuation lost its backslash: {joined}"
+
+
 def test_the_flag_reference_has_no_machine_path():
     assert ROOT not in read("docs/flags.md")
 
