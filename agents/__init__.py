@@ -95,14 +95,19 @@ class Registered(NamedTuple):
     config: type
     build: Callable[..., Agent]
     train_defaults: dict[str, Any]
+    # (max_steps, utd) -> the env steps of the agent's own resets below max_steps, where an
+    # event without a period of its own fires unless a schedule flag is given (BRO's); None:
+    # the period of train_defaults' intervention_every (SAC's)
+    reset_steps: Callable[[int, int], tuple[int, ...]] | None = None
 
 
 AGENTS: dict[str, Registered] = {
     "sac": Registered(sac.SACConfig, _sac, {"utd": 1, "batch_size": 256, "start_steps": 10_000,
                                             "intervention": "none",
-                                            "intervention_every": 200_000}),
+                                            "intervention_every": sac.RESET_EVERY}),
     "bro": Registered(bro.BROConfig, _bro, {"utd": 10, "batch_size": 128, "start_steps": 2_500,
-                                            "eval_every": 25_000, "intervention": "reset"}),
+                                            "eval_every": 25_000, "intervention": "reset"},
+                      reset_steps=bro.reset_steps),
 }
 
 

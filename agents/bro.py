@@ -35,6 +35,19 @@ from networks import BroActor, Ensemble, OptimisticActor, QuantileCritic, tanh_g
 
 FLOAT32_TINY = float(jnp.finfo(jnp.float32).tiny)
 NUM_CRITICS = 2  # the optimism and pessimism terms use the spread |q1 - q2| / 2 of two critics
+# BRO's resets (the BRO reference, bro_learner.py reset_list), in env steps; BRO Fast (UTD 2)
+# resets only at the first (docs/algorithms.md, "Reset").
+RESET_STEPS = (15001, 50001, 250001, 500001, 750001, 1000001, 1500001, 2000001)
+FAST_UTD = 2
+
+
+def reset_steps(max_steps: int, utd: int) -> tuple[int, ...]:
+    """BRO's reset steps below max_steps; BRO Fast (UTD 2) resets only at the first one."""
+    for name, value in (("max_steps", max_steps), ("utd", utd)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    steps = RESET_STEPS[:1] if utd == FAST_UTD else RESET_STEPS
+    return tuple(s for s in steps if s < max_steps)
 
 
 @dataclasses.dataclass(frozen=True)

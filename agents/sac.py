@@ -28,6 +28,8 @@ from learners.hooks import after_step, penalized, with_penalty
 from learners.train_state import train_state
 from networks import Critic, Ensemble, TanhGaussianPolicy, tanh_gaussian_sample
 
+RESET_EVERY = 200_000  # env steps between SAC's resets (Nikishin et al. 2022)
+
 
 @dataclasses.dataclass(frozen=True)
 class SACConfig:

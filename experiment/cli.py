@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from absl import flags
 
+from agents import AGENTS
 from envs.vector import ENV_BACKENDS
 from experiment.config import (
     RESUME_MODES,
@@ -206,6 +207,12 @@ def config_from_flags(agent: str) -> TrainConfig:
     if event is not None and event.every is not None and not given & {
             "intervention_every", "intervention_unit", "intervention_steps"}:
         values["intervention_every"], values["intervention_unit"] = event.every
+    reset_steps = AGENTS[agent].reset_steps
+    if (event is not None and event.every is None and reset_steps is not None
+            and not values["intervention_steps"]
+            and not given & {"intervention_every", "intervention_unit"}
+            and values["max_steps"] > 0 and values["utd"] > 0):  # else validate says which
+        values["intervention_steps"] = reset_steps(values["max_steps"], values["utd"])
     values["log_to"] = tuple(name.strip() for name in values["log_to"] if name.strip())
     cfg = TrainConfig(agent=agent, **values)
     validate(cfg)

@@ -6,6 +6,7 @@ it into exit code 2. The absl flags onto it are in `experiment.cli`."""
 import dataclasses
 import math
 import os
+import sys
 from collections.abc import Iterable, Sequence
 
 from agents import AGENTS
@@ -261,9 +262,19 @@ def _every(cfg: TrainConfig) -> str:
     return f"--intervention_every={cfg.intervention_every}{unit}"
 
 
-def schedule_warning(cfg: TrainConfig) -> str | None:
+def schedule_warning(cfg: TrainConfig, given: Iterable[str] = ()) -> str | None:
     """A line about scheduled interventions that never happen (at or after the last step, where
-    no intervention is made), or None."""
+    no intervention is made), or None. `given`: the flags on the command line; without a
+    schedule flag, an event of no period of its own takes the agent's reset steps
+    (agents.Registered.reset_steps, experiment.cli.config_from_flags), named when all are late."""
+    reset_steps = AGENTS[cfg.agent].reset_steps if cfg.agent in AGENTS else None
+    if (reset_steps is not None and cfg.event is not None and cfg.event.every is None
+            and not cfg.intervention_steps
+            and not set(given) & {"intervention_every", "intervention_unit"}):
+        return (f"--intervention={cfg.intervention} never happens: {cfg.agent.upper()}'s reset "
+                f"steps (the first at env step {reset_steps(sys.maxsize, cfg.utd)[0]}) are at or "
+                f"after --max_steps={cfg.max_steps}, and a run intervenes only before its last "
+                "step")
     schedule = run_schedule(cfg)
     if schedule is None:
         return None

@@ -89,16 +89,9 @@ def _stop_at_episode_end(trainer: Trainer) -> Callable:
     return handler
 
 
-def main(
-    argv: list[str],
-    agent_name: str,
-    agent_config: Callable,
-    adjust: Callable[[TrainConfig], TrainConfig] = lambda cfg: cfg,
-    warn_schedule: Callable[[TrainConfig], str | None] = schedule_warning,
-) -> None:
-    """Validate the flags, build the agent and train. `adjust` fills agent-specific defaults
-    that depend on other settings (e.g. BRO's reset steps depend on max_steps and utd);
-    `warn_schedule` says when the interventions never happen."""
+def main(argv: list[str], agent_name: str, agent_config: Callable) -> None:
+    """Validate the flags, build the agent (`agent_config()`: its config from the flags) and
+    train."""
     logging.set_verbosity(logging.WARNING)  # keep library chatter off the terminal
     # After a failed checkpoint write, orbax leaves coroutines that Python reports at exit,
     # below the error line that says what happened (see the OSError case below).
@@ -111,7 +104,7 @@ def main(
     try:
         ctrl_c.deliver()  # raises one held while the script imported its libraries
         with ctrl_c.as_interrupt():
-            _main(argv, agent_name, agent_config, adjust, warn_schedule)
+            _main(argv, agent_name, agent_config)
     except KeyboardInterrupt:  # during the checks and the agent's construction
         _interrupted("interrupted before training started")
 
@@ -140,13 +133,11 @@ def _without_closed_loop_callbacks(hook: Callable) -> Callable:
     return quiet
 
 
-def _main(argv: list[str], agent_name: str, agent_config: Callable,
-          adjust: Callable[[TrainConfig], TrainConfig],
-          warn_schedule: Callable[[TrainConfig], str | None]) -> None:
+def _main(argv: list[str], agent_name: str, agent_config: Callable) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]}; every setting is a --flag (see --help)", 2)
     try:
-        cfg = adjust(config_from_flags(agent_name))
+        cfg = config_from_flags(agent_name)
         validate(cfg)
         check_env_name(cfg.env)
         check_installed(cfg)
@@ -155,7 +146,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         agent = make_agent(agent_name, agent_config())
         intervention_plan(agent, cfg)  # its parts: an error here, before anything compiles
         if flags.FLAGS.dry_run:
-            _dry_run(cfg, agent, warn_schedule)
+            _dry_run(cfg, agent)
             return
         # Held until the process ends: a second launch of this run is refused, before it reads
         # or writes anything there, rather than racing this one over checkpoints and logs.
@@ -182,7 +173,7 @@ def _main(argv: list[str], agent_name: str, agent_config: Callable,
         _fail(f"cannot resume: {e}", 2)
     except RunDirInUse as e:  # a sweep takes this exit code for "try again later"
         _fail(str(e), EXIT_IN_USE)
-    _warn(cfg, warn_schedule)
+    _warn(cfg)
     try:  # a Ctrl-C from the banner on is answered with what the run directory holds
         print(f"{agent_name} on {cfg.env}: seeds {cfg.seeds}, utd {cfg.utd}, "
               f"intervention {cfg.intervention} -> {cfg.run_dir}", file=sys.stderr, flush=True)
@@ -261,7 +252,7 @@ def _same_command(cfg: TrainConfig) -> str:
             else "the same command")
 
 
-def _dry_run(cfg: TrainConfig, agent, warn_schedule) -> None:
+def _dry_run(cfg: TrainConfig, agent) -> None:
     """--dry_run: the checks a run makes before it trains, its run directory's included (in
     use by another process, holding a run of other settings, a --resume mode that forbids
     what is there, not writable), whether the agents' states fit this process's device and
@@ -276,7 +267,7 @@ def _dry_run(cfg: TrainConfig, agent, warn_schedule) -> None:
         check_fits(*seed_init(agent, cfg.seeds, probe.obs_dim, probe.act_dim), cfg, probe)
     except TooLargeForMemory as e:
         _fail(_too_large(e, cfg), 1)
-    _warn(cfg, warn_schedule)
+    _warn(cfg)
     outcome = {"fresh": "would be trained", "resume": "would resume from its last checkpoint",
                "done": "has finished: nothing to do"}[state]
     print(f"settings checked; {cfg.run_dir} {outcome} (--dry_run: nothing done)")
@@ -286,10 +277,10 @@ def _too_large(error: TooLargeForMemory, cfg: TrainConfig) -> str:
     return f"out of memory: {error}; {error.advice}; {_kept(cfg)}"
 
 
-def _warn(cfg: TrainConfig, warn_schedule: Callable[[TrainConfig], str | None]) -> None:
+def _warn(cfg: TrainConfig) -> None:
     """Settings that work but may not do what was meant: a line each on stderr."""
     given = [name for name in flags.FLAGS if flags.FLAGS[name].present]
-    for warning in (warn_schedule(cfg), early_warning(cfg), seed_warning(cfg),
+    for warning in (schedule_warning(cfg, given), early_warning(cfg), seed_warning(cfg),
                     diagnostics_warning(cfg), unused_flags_warning(cfg, given),
                     dashboards_warning(cfg, given)):
         if warning is not None:

@@ -8,7 +8,7 @@ learner:
     singular_clip(params, c, sides=, method=, ns_steps=)   clip every weight matrix's spectrum
     get_part / map_parts / replace_parts(state, ...)       address agent-state parts by dot-path
     fresh_reset / initial_reset                            SAC-style and BRO-style resets
-    make_schedule(every=, steps=), bro_reset_steps         when interventions fire (env steps)
+    make_schedule(every=, steps=)                  when interventions fire (env steps)
     weight_metrics, feature_metrics, clip_event_report     plasticity diagnostics
     weight_extremes, weight_changes, event_report          the report in parts, outside jit
     layer_roles: hidden and output layers, the normalization after a layer (from param trees)
@@ -56,10 +56,7 @@ from interventions.registry import (
 )
 from interventions.reset import fresh_reset, initial_reset
 from interventions.schedule import (
-    BRO_RESET_STEPS,
-    SAC_RESET_EVERY,
     Schedule,
-    bro_reset_steps,
     make_schedule,
 )
 from interventions.singular_clip import singular_clip, svd_clip_matrices
@@ -85,11 +82,8 @@ __all__ = [
     "register",
     "set_part",
     "setting",
-    "BRO_RESET_STEPS",
     "DEFAULT_NS_STEPS",
-    "SAC_RESET_EVERY",
     "Schedule",
-    "bro_reset_steps",
     "check_paths",
     "clip_event_report",
     "dormant_ratio",

@@ -1,4 +1,5 @@
-"""When interventions fire, in env steps: every K steps (SAC) or at listed steps (BRO).
+"""When interventions fire, in env steps: every K steps (SAC's resets) or at listed steps (BRO's;
+the agents' own reset schedules are theirs, agents.Registered).
 
 env_step counts the env steps taken so far (1 after the first step). A training loop that calls
 `due(env_step)` once per env step fires each scheduled step exactly once, for every UTD ratio
@@ -15,9 +16,6 @@ import numbers
 from collections.abc import Sequence
 
 SCHEDULE_UNITS = ("env_steps", "grad_steps")
-SAC_RESET_EVERY = 200_000
-BRO_RESET_STEPS = (15001, 50001, 250001, 500001, 750001, 1000001, 1500001, 2000001)
-BRO_FAST_UTD = 2
 
 
 def _positive_int(value: object, what: str) -> int:
@@ -117,10 +115,3 @@ def make_schedule(every: int | None = None, steps: Sequence[int] | None = None,
         return GradStepSchedule(every, utd, start_steps)
     return Schedule(every=every, steps=None if steps is None else tuple(steps))
 
-
-def bro_reset_steps(max_steps: int, utd: int) -> list[int]:
-    """BRO's reset steps below max_steps; BRO Fast (UTD 2) resets only at the first one."""
-    _positive_int(max_steps, "max_steps")
-    _positive_int(utd, "utd")
-    steps = BRO_RESET_STEPS[:1] if utd == BRO_FAST_UTD else BRO_RESET_STEPS
-    return [s for s in steps if s < max_steps]

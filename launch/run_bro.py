@@ -9,7 +9,6 @@ steps for this --max_steps and --utd. Prints each network's parameter count at s
 to <logdir>/bro/<env>/<run_name>/ as for run_sac.py.
 """
 
-import dataclasses
 import sys
 
 from experiment import startup
@@ -21,10 +20,9 @@ from absl import app, flags
 
 from agents import bro
 from envs import make_env
-from experiment import cli, config, runner
+from experiment import cli, runner
 from experiment.cli import define_flags
-from experiment.config import BRO_DEFAULTS, TrainConfig
-from interventions import BRO_RESET_STEPS, bro_reset_steps
+from experiment.config import BRO_DEFAULTS
 
 _DEFAULT = bro.BROConfig()
 _HELP = {
@@ -87,34 +85,8 @@ def agent_config() -> bro.BROConfig:
     return config
 
 
-def _bro_schedule(cfg: TrainConfig) -> bool:
-    """Whether the run's event takes BRO's reset steps: it has one, with no period of its own
-    (reset, clip and the other reset replacements), and the user gave no schedule."""
-    user_schedule = cfg.intervention_steps or any(
-        flags.FLAGS[name].present for name in ("intervention_every", "intervention_unit"))
-    return cfg.event is not None and cfg.event.every is None and not user_schedule
-
-
-def adjust(cfg: TrainConfig) -> TrainConfig:
-    """Intervene at BRO's reset steps unless there is nothing to schedule or the user did."""
-    if not _bro_schedule(cfg):
-        return cfg
-    return dataclasses.replace(
-        cfg, intervention_steps=tuple(bro_reset_steps(cfg.max_steps, cfg.utd))
-    )
-
-
-def bro_schedule_warning(cfg: TrainConfig) -> str | None:
-    """config.schedule_warning, naming BRO's reset steps when they are all past the run."""
-    if _bro_schedule(cfg):
-        return (f"--intervention={cfg.intervention} never happens: BRO's reset steps (the first "
-                f"at env step {BRO_RESET_STEPS[0]}) are at or after --max_steps={cfg.max_steps}, "
-                "and a run intervenes only before its last step")
-    return config.schedule_warning(cfg)
-
-
 def main(argv):
-    runner.main(argv, "bro", agent_config, adjust, bro_schedule_warning)
+    runner.main(argv, "bro", agent_config)
 
 
 if __name__ == "__main__":

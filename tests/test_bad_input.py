@@ -533,16 +533,16 @@ def test_intervention_steps_past_the_run_are_warned_about(tmp_path):
                "--max_steps=300", "--start_steps=100", "--eval_every=300",
                "--intervention=reset", "--intervention_steps=300", timeout=120)
     assert proc.stderr.startswith("warning: --intervention=reset at env steps 300 never happens")
-    # BRO's reset steps by default: the first, 15001, is named when the run ends before it.
-    bro = ("from absl import flags; import launch.run_bro as r; "
-           "from experiment.cli import config_from_flags; "
-           "flags.FLAGS(['run_bro.py', '--max_steps=100', '--start_steps=50']); "
-           "print(r.bro_schedule_warning(r.adjust(config_from_flags('bro'))))")
-    proc = subprocess.run([sys.executable, "-c", bro], capture_output=True, text=True, cwd=REPO,
-                          timeout=120, check=True)
-    assert proc.stdout.strip() == (
+    # BRO's reset steps by default: the first, 15001, is named when the run ends before it
+    # (config_from_flags left no step of them); a schedule flag given is named instead.
+    bro = TrainConfig(agent="bro", intervention="reset", max_steps=100, start_steps=50)
+    assert schedule_warning(bro) == (
         "--intervention=reset never happens: BRO's reset steps (the first at env step 15001) "
         "are at or after --max_steps=100, and a run intervenes only before its last step")
+    assert schedule_warning(bro, given=["intervention_every"]).startswith(
+        "--intervention=reset never happens: --intervention_every=200000 comes at or after")
+    redo = schedule_warning(dataclasses.replace(bro, intervention="redo"))  # a period of its own
+    assert redo.startswith("--intervention=redo never happens: --intervention_every=")
 
 
 def test_interventions_before_the_first_update_are_warned_about():

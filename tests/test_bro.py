@@ -419,12 +419,12 @@ def test_run_bro_none_never_intervenes(runs):
 
 ADJUST = """
 from absl import flags
-import launch.run_bro as r
+import launch.run_bro
 from experiment.cli import config_from_flags
 for argv in {cases!r}:
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["run_bro.py", *argv])
-    print(list(r.adjust(config_from_flags("bro")).intervention_steps))
+    print(list(config_from_flags("bro").intervention_steps))
 """
 
 
@@ -457,3 +457,19 @@ def test_init_scale_sets_every_kernel_but_the_log_std_and_shift_heads():
     special = {k: v for k, v in scales.items() if "log_std" in k or "shift" in k}
     assert sorted(special.values()) == [0.01, 1.0], special  # the reference's, not init_scale
     assert len(scales) > len(special) and {scales[k] for k in scales if k not in special} == {0.5}
+
+
+def test_bro_reset_steps():
+    assert bro.reset_steps(1_000_000, utd=10) == (15001, 50001, 250001, 500001, 750001)
+    assert bro.reset_steps(3_000_000, utd=10) == bro.RESET_STEPS
+    assert bro.reset_steps(1_600_000, utd=10)[-2:] == (1000001, 1500001)
+    assert bro.reset_steps(1_000_000, utd=2) == (15001,)
+    assert bro.reset_steps(15001, utd=10) == ()
+    assert bro.reset_steps(15002, utd=1) == (15001,)
+    assert bro.RESET_STEPS == (15001, 50001, 250001, 500001, 750001, 1000001, 1500001, 2000001)
+
+
+@pytest.mark.parametrize("max_steps, utd", [(0, 10), (1000, 0), (1000, 2.0), (True, 10)])
+def test_bro_reset_steps_validates(max_steps, utd):
+    with pytest.raises(ValueError, match="positive int"):
+        bro.reset_steps(max_steps, utd)

@@ -1,11 +1,11 @@
-"""Schedules fire exactly once at each scheduled env step; BRO's reset steps per SPEC.md."""
+"""Schedules fire exactly once at each scheduled env step."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interventions import BRO_RESET_STEPS, bro_reset_steps, make_schedule
+from interventions import make_schedule
 
 
 def fired_by_loop(schedule, max_steps: int) -> list[int]:
@@ -52,16 +52,6 @@ def test_loops_that_skip_ahead_fire_each_step_once(every, listed, chunks):
     assert len(set(fired)) == len(fired)
 
 
-def test_bro_reset_steps():
-    assert bro_reset_steps(1_000_000, utd=10) == [15001, 50001, 250001, 500001, 750001]
-    assert bro_reset_steps(3_000_000, utd=10) == list(BRO_RESET_STEPS)
-    assert bro_reset_steps(1_600_000, utd=10)[-2:] == [1000001, 1500001]
-    assert bro_reset_steps(1_000_000, utd=2) == [15001]
-    assert bro_reset_steps(15001, utd=10) == []
-    assert bro_reset_steps(15002, utd=1) == [15001]
-    assert BRO_RESET_STEPS == (15001, 50001, 250001, 500001, 750001, 1000001, 1500001, 2000001)
-
-
 @pytest.mark.parametrize(
     "kwargs, match",
     [
@@ -81,9 +71,3 @@ def test_bro_reset_steps():
 def test_invalid_schedules_are_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_schedule(**kwargs)
-
-
-@pytest.mark.parametrize("max_steps, utd", [(0, 10), (1000, 0), (1000, 2.0)])
-def test_bro_reset_steps_validates(max_steps, utd):
-    with pytest.raises(ValueError, match="positive int"):
-        bro_reset_steps(max_steps, utd)
