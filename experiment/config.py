@@ -138,7 +138,7 @@ def validate(cfg: TrainConfig) -> None:
     """Raise ConfigError for the first setting that cannot work."""
     for name in ("num_seeds", "utd", "batch_size", "max_steps", "action_repeat",
                  "buffer_capacity", "eval_every", "eval_episodes", "log_every",
-                 "intervention_every", "checkpoint_every", "clip_ns_steps"):
+                 "intervention_every", "checkpoint_every"):
         _positive(name, getattr(cfg, name))
     if cfg.num_seeds > MAX_SEEDS:
         raise ConfigError(f"--num_seeds={cfg.num_seeds:,} is more than one process trains: at "

@@ -43,10 +43,12 @@ class SettingError(ValueError):
 
 
 def setting(default: Any, help: str, choices: tuple | None = None,
-            read_when: tuple[str, Any] | None = None) -> Any:
-    """A config dataclass field with its help text, the accepted values of a string, and
-    `read_when=(other field, value)` for a setting read only when another has that value."""
-    metadata = {"help": help, "choices": choices, "read_when": read_when}
+            read_when: tuple[str, Any] | None = None, label: str | None = None) -> Any:
+    """A config dataclass field with its help text, the accepted values of a string,
+    `read_when=(other field, value)` for a setting read only when another has that value, and
+    the `label` a sweep's run names give its values (clip's c: clip-c2-seed0; None: its flag,
+    clip-clip_sides=upper-seed0)."""
+    metadata = {"help": help, "choices": choices, "read_when": read_when, "label": label}
     if isinstance(default, list | dict):
         raise TypeError("settings are immutable: use a tuple")
     return dataclasses.field(default=default, metadata=metadata)
@@ -315,6 +317,20 @@ def all_settings() -> dict[str, tuple[Method, dataclasses.Field, type]]:
     """{flag name: (method, field, type)} of every registered method."""
     return {flag: (m, field, kind) for m in _REGISTRY.values()
             for flag, (field, kind) in m.settings().items()}
+
+
+def run_label(flag: str) -> str | None:
+    """The short label a method gives a setting in run names (`setting(label=)`), or None."""
+    entry = all_settings().get(flag)
+    return entry[1].metadata.get("label") if entry else None
+
+
+def check_value(flag: str, value: Any) -> None:
+    """SettingError (naming the flag) when a method's setting cannot take `value`, as its
+    config's own checks say; nothing for a flag of no method."""
+    method = owner(flag)
+    if method is not None:
+        method.make_config({flag: value})
 
 
 def owner(flag: str) -> Method | None:

@@ -10,7 +10,8 @@ seed>/`. An intervention's methods are put in the registry's order (nap+clip is 
 
 Varied settings (--vary=KEY=V1,V2, --clip_cs) are axes of run-script flags: the jobs they
 apply to are crossed with their values, each job getting `--KEY=<value>` on its command line
-and `-KEY=<value>` in its run name (`-c<c>` for clip_c, first), e.g.
+and `-KEY=<value>` in its run name (`-<label><value>`, first, for a setting its method labels:
+clip's c is `-c<c>`), e.g.
 `clip-c2-clip_sides=upper-seed0`. A method's setting applies to the jobs whose intervention
 includes the method, a setting read only with an event (EVENT_SETTINGS) to the jobs whose
 intervention has one, any other setting to every job.
@@ -61,7 +62,7 @@ PRESETS = {
 GRID_KEYS = ("agent", "envs", "preset", "interventions", "utds", "clip_cs", "vary", "seeds",
              "first_seed", "seeds_per_job", "extra", *TRAIN_FLAGS)
 MAX_NAME_BYTES = 255  # of a directory's name (most file systems)
-CLIP_C = "clip_c"  # --clip_cs=1.5,2 is --vary=clip_c=1.5,2; its runs are named -c<c>
+CLIP_C = "clip_c"  # --clip_cs=1.5,2 spells --vary=clip_c=1.5,2; older job records hold clip_c
 # The scripts (run_<agent>.py) lie in launch/ beside this package.
 DEFAULT_SCRIPT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                   "launch")
@@ -98,14 +99,8 @@ class JobSpec:
         return os.path.join(self.script_dir, f"run_{self.agent}.py")
 
     @property
-    def clip_c(self) -> float | None:
-        """--clip_c of this job (None: the run script's default)."""
-        value = dict(self.settings).get(CLIP_C)
-        return None if value is None else float(value)
-
-    @property
     def run_name(self) -> str:
-        settings = [f"c{v}" if k == CLIP_C else f"{k}={v}" for k, v in self.settings]
+        settings = [_name_part(key, value) for key, value in self.settings]
         utd = [] if self.agent == CONTINUAL else [f"utd{self.utd}"]
         return "-".join([self.intervention, *settings, *utd, f"seed{self.seed}"])
 
@@ -147,6 +142,13 @@ class JobSpec:
                       "extra": tuple(record["extra"]), "settings": tuple(settings)})
 
 
+def _name_part(key: str, value: str) -> str:
+    """A varied setting in a run name: `<label><value>` where its method gives it a label
+    (interventions.setting(label=): clip's c is c2), else `<key>=<value>`."""
+    label = registry.run_label(key)
+    return f"{label}{value}" if label else f"{key}={value}"
+
+
 def _recorded_c(value: Any) -> str:
     """The clip_c of a record of before varied settings, as its run name spelled it."""
     try:
@@ -174,10 +176,10 @@ class Grid:
 
     def _settings(self, intervention: str) -> list[tuple[tuple[str, str], ...]]:
         """The varied settings of an intervention's jobs: the product of the axes that apply
-        to it, in their order, each as a job's `settings` (clip_c first)."""
+        to it, in their order, each as a job's `settings` (those with a run-name label first)."""
         axes = [[(key, value) for value in values] for key, values in self.vary
                 if applies(self.agent, key, intervention)]
-        return [tuple(sorted(combo, key=lambda kv: kv[0] != CLIP_C))
+        return [tuple(sorted(combo, key=lambda kv: registry.run_label(kv[0]) is None))
                 for combo in itertools.product(*axes)]
 
     def _seed_starts(self) -> range:
@@ -415,6 +417,15 @@ def _value_text(label: str, value: Any, kind: Any) -> str:
     return short if float(short) == number else repr(number)
 
 
+def _typed(text: str, kind: Any) -> Any:
+    """A value text of `_value_text` as the flag's type reads it (a list flag: one item)."""
+    if typing.get_origin(kind) is tuple:
+        return (_typed(text, typing.get_args(kind)[0]),)
+    if kind is bool:
+        return text == "true"
+    return kind(text) if kind in (int, float) else text
+
+
 def _vary_entries(vary: Any) -> list[tuple[str, Any]]:
     """(key, values) of each axis: from KEY=V1,V2 strings (--vary) or an object {key: values}
     (a grid file's "vary")."""
@@ -481,11 +492,11 @@ def _vary(agent: str, vary: Any, clip_cs: Any, extra: Sequence[str],
         texts = _axis_values(label, values, types[key])
         if not texts:
             raise SweepError(f"{label} gives no values; give {key}=V1,V2,...")
-        if key == CLIP_C:
-            for text in texts:
-                if not 1 <= float(text) < float("inf"):
-                    raise SweepError(f"{label}: clip c values must be numbers >= 1 "
-                                     f"(SingularClip's c), got {text!r}")
+        for text in texts:  # a method's own checks of its setting's value
+            try:
+                registry.check_value(key, _typed(text, types[key]))
+            except registry.SettingError as e:
+                raise SweepError(f"{label}: --{e}") from None
         if not any(applies(agent, key, intervention) for intervention in chosen):
             method = registry.owner(key)
             what = (f"a setting of {method.name}, crossed with the interventions that include "

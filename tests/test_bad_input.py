@@ -75,7 +75,7 @@ CASES = {
     "no critics": (["--num_critics=0"], "--num_critics must be positive, got 0"),
     "tau above 1": (["--tau=2"], "--tau must be in (0, 1], got 2.0"),
     "ns steps below 1": (["--intervention=clip", "--clip_method=newton_schulz",
-                          "--clip_ns_steps=0"], "--clip_ns_steps must be positive, got 0"),
+                          "--clip_ns_steps=0"], "--clip_ns_steps must be a positive int, got 0"),
     "ns steps with the svd clip": (["--intervention=clip", "--clip_ns_steps=8"],
                                    "--clip_ns_steps=8 needs --clip_method=newton_schulz"),
     "negative dormant tau": (["--dormant_taus=0,-0.1"], "--dormant_taus must be finite "

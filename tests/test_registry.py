@@ -220,3 +220,14 @@ def test_load_module_registers_its_methods_once(monkeypatch):
     assert registry.load_module("tests.helpers.toy_intervention") == methods  # no clash
     assert {"toy_scale_bias", "toy_clamp"} <= set(registered())
     assert before <= set(registered())
+
+
+def test_a_setting_names_its_runs_by_its_methods_label():
+    """A sweep's run names spell a varied setting as its method labels it (clip's c: c2), else
+    as its flag; the label is the method's declaration, not the sweep's."""
+    assert registry.run_label("clip_c") == "c"
+    assert registry.run_label("clip_sides") is None
+    assert registry.run_label("learning_rate") is None  # no method's
+    with pytest.raises(registry.SettingError, match="clip_c must be a finite number >= 1"):
+        registry.check_value("clip_c", 0.5)
+    registry.check_value("learning_rate", -1.0)  # not a method's: the run script checks it

@@ -109,7 +109,7 @@ def test_clip_cs_is_vary_clip_c_and_c_comes_first_in_the_name():
                         vary=["clip_c=1.5,2.0"])
     assert names(by_flag) == names(by_vary) == ["none-seed0", "clip-c1.5-seed0", "clip-c2-seed0"]
     assert by_flag.jobs() == by_vary.jobs()
-    assert flags_of(by_vary.jobs()[2]) == ["--clip_c=2"] and by_vary.jobs()[2].clip_c == 2.0
+    assert flags_of(by_vary.jobs()[2]) == ["--clip_c=2"] and dict(by_vary.jobs()[2].settings) == {"clip_c": "2"}
     later = make_grid("continual", envs=TASK, interventions="clip",
                       vary=["clip_sides=both,upper", "clip_c=2,4"])
     assert names(later) == ["clip-c2-clip_sides=both-seed0", "clip-c4-clip_sides=both-seed0",
@@ -162,8 +162,15 @@ def test_numbers_are_one_value_however_written():
     ({"vary": {"learning_rate": {"a": 1}}}, "give its values as \"V1,V2\" or a list"),
     ({"vary": 5}, "vary must be KEY=V1,V2,... strings or an object"),
     ({"vary": ["clip_c=0.5,2"], "interventions": "clip"},
-     "--vary=clip_c: clip c values must be numbers >= 1 (SingularClip's c), got '0.5'"),
-    ({"clip_cs": "nan", "interventions": "clip"}, "--clip_cs: clip c values must be numbers >= 1"),
+     "--vary=clip_c: --clip_c must be a finite number >= 1 (singular values go into [1/c, c]), "
+     "got 0.5"),
+    ({"clip_cs": "nan", "interventions": "clip"},
+     "--clip_cs: --clip_c must be a finite number >= 1 (singular values go into [1/c, c]), got "
+     "nan"),
+    # any method's own checks, not only clip's c
+    ({"vary": ["redo_tau=-1"], "interventions": "redo"}, "--vary=redo_tau: --redo_tau"),
+    ({"vary": ["clip_sides=middle"], "interventions": "clip"},
+     "--vary=clip_sides: --clip_sides='middle' is not accepted; use one of: both, upper, lower"),
     ({"vary": ["clip_sides=upper"], "interventions": "none,reset"},
      "--vary=clip_sides: --clip_sides is a setting of clip, crossed with the interventions that "
      "include it; none of none, reset does"),

@@ -29,7 +29,8 @@ OPT_STATES = ("keep", "reset")
 
 @dataclasses.dataclass(frozen=True)
 class ClipConfig(Settings):
-    c: float = setting(4.0, "SingularClip bound c >= 1: singular values go into [1/c, c].")
+    c: float = setting(4.0, "SingularClip bound c >= 1: singular values go into [1/c, c].",
+                       label="c")
     method: str = setting("svd", "How the clip is computed: svd, exact in float32 (the "
                           "singular vectors from the eigendecompositions of the Gram matrices "
                           "when a layer's matrices, all seeds', have condition numbers up to 8, "
