@@ -109,7 +109,8 @@ def test_clip_cs_is_vary_clip_c_and_c_comes_first_in_the_name():
                         vary=["clip_c=1.5,2.0"])
     assert names(by_flag) == names(by_vary) == ["none-seed0", "clip-c1.5-seed0", "clip-c2-seed0"]
     assert by_flag.jobs() == by_vary.jobs()
-    assert flags_of(by_vary.jobs()[2]) == ["--clip_c=2"] and dict(by_vary.jobs()[2].settings) == {"clip_c": "2"}
+    assert flags_of(by_vary.jobs()[2]) == ["--clip_c=2"]
+    assert dict(by_vary.jobs()[2].settings) == {"clip_c": "2"}
     later = make_grid("continual", envs=TASK, interventions="clip",
                       vary=["clip_sides=both,upper", "clip_c=2,4"])
     assert names(later) == ["clip-c2-clip_sides=both-seed0", "clip-c4-clip_sides=both-seed0",
