@@ -12,13 +12,23 @@ run directory. Errors are exceptions (ConfigError, DataError, RunDirInUse, Diver
 run script turns them into its one-line messages and exit codes.
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from continual import config as continual_config
 from continual.config import ContinualConfig
 from continual.loop import ContinualRun, resume_state
-from experiment.rundir.lock import lock_run_dir
-from experiment.runner import check_writable
+from experiment.protocol import RunKind, StopRequest
+from experiment.rundir.claim import claim
+
+# what experiment.protocol's messages say of a continual run
+KIND = RunKind(
+    boundary="task boundary",
+    checkpoints=lambda cfg: f"every {cfg.checkpoint_every} tasks",
+    diverged=lambda cfg, e: f"diverged.json in {cfg.run_dir} says where",
+    out_of_memory=lambda cfg: "lower --num_seeds or --batch_size",
+    host_memory=lambda cfg: ("the data set and the tasks' draws are held for --num_seeds="
+                             f"{cfg.num_seeds} seed(s): lower it or free memory"),
+)
 
 
 class Prepared(NamedTuple):
@@ -35,17 +45,24 @@ def prepare(cfg: ContinualConfig) -> Prepared:
     return Prepared(run, record, resume_state(cfg, record))
 
 
-def train(cfg: ContinualConfig, prepared: Prepared | None = None) -> str:
+def take(cfg: ContinualConfig, prepared: Prepared) -> tuple[Any, str]:
+    """(lock, state) of the run directory (experiment.rundir.claim)."""
+    return claim(cfg.run_dir, lambda: resume_state(cfg, prepared.record))
+
+
+def train(cfg: ContinualConfig, prepared: Prepared | None = None,
+          stop: StopRequest | None = None, taken: tuple[Any, str] | None = None) -> str:
     """Train the run of `cfg` to its last task (from its newest checkpoint where it has one;
-    nothing where it has finished) and return its run directory. The directory is locked
-    while it trains (RunDirInUse when another process trains it)."""
+    nothing where it has finished) and return its run directory, locked while it trains
+    (RunDirInUse when another process trains it; `taken`: what `take` returned). `stop` (a
+    SIGTERM's) stops it at the next task boundary, after a checkpoint there (Stopped)."""
     continual_config.validate(cfg)
     prepared = prepared or prepare(cfg)
-    if prepared.state == "done":
+    lock, state = taken or take(cfg, prepared)
+    if state == "done":
         return cfg.run_dir
-    check_writable(cfg.run_dir)
-    lock = lock_run_dir(cfg.run_dir)
     try:
+        prepared.run.stop = stop or prepared.run.stop
         prepared.run.run(prepared.record)
     finally:
         lock.close()

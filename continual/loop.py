@@ -36,12 +36,13 @@ from continual.tasks import (
     output_classes,
     sample_positions,
 )
-from experiment import dashboards
+from experiment import dashboards, protocol
 from experiment import diagnose as diag
 from experiment.checkpoint import Checkpointer
 from experiment.config import ConfigError
 from experiment.events import event_apply
 from experiment.memory import sized
+from experiment.protocol import StopRequest
 from experiment.resources import device_memory_bytes
 from experiment.rundir.files import RunFiles, done_problem
 from experiment.rundir.record import (
@@ -63,7 +64,7 @@ HEADERS = {
 IMAGENET_BATCHES_RANDOM_LABEL = 1  # train_data_batch_1.npz alone holds 128,116 images
 
 
-class Diverged(RuntimeError):
+class Diverged(protocol.Diverged):
     """A NaN or inf loss of `seed` in task `task`."""
 
     def __init__(self, task: int, seed: int):
@@ -71,12 +72,12 @@ class Diverged(RuntimeError):
         self.task, self.seed = task, seed
 
 
-class Stopped(RuntimeError):
+class Stopped(protocol.Stopped):
     """Stopped as asked (SIGTERM) at a task boundary, after a checkpoint there."""
 
     def __init__(self, tasks_done: int):
         super().__init__(f"stopped after task {tasks_done - 1}, after a checkpoint there")
-        self.tasks_done = tasks_done
+        self.tasks_done, self.where = tasks_done, f"after task {tasks_done - 1}"
 
 
 def protocol_of(cfg: ContinualConfig) -> Protocol:
@@ -316,7 +317,7 @@ class ContinualRun:
         self.diagnose = (diag.make_diagnostics(self.learner, cfg.dormant_taus, cfg.srank_threshold)
                          if cfg.diagnostics else None)
         self.tasks: dict[int, Task] = {}
-        self.stop_requested = False
+        self.stop = StopRequest()  # set (by a SIGTERM) to stop at the next task boundary
         self.files: RunFiles | None = None
         self.checkpointer: Checkpointer | None = None
         if data is not None:
@@ -406,9 +407,9 @@ class ContinualRun:
             self.files.write_rows("interventions.csv", rows)
         progress.tasks_done = done
         self.files.end_step()  # the dashboards get the task's rows
-        if done % cfg.checkpoint_every == 0 or last or self.stop_requested:
+        if done % cfg.checkpoint_every == 0 or last or self.stop.requested:
             self.save(progress)
-            if self.stop_requested and not last:
+            if self.stop.requested and not last:
                 raise Stopped(done)
 
     def run(self, record: dict) -> Progress:

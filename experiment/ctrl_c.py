@@ -114,8 +114,8 @@ def as_interrupt() -> Iterator[None]:
 
 def _ctrl_c_in_one_line(hook):
     """sys.excepthook: a KeyboardInterrupt (or an error caused by one) that reached the top is
-    one line and exit 130 (with no interpreter shutdown, as `runner._interrupted`); anything
-    else goes to `hook`."""
+    one line and exit 130 (with no interpreter shutdown, as `experiment.protocol.interrupted`);
+    anything else goes to `hook`."""
 
     def one_line(kind, value, traceback) -> None:
         if not (issubclass(kind, KeyboardInterrupt) or caused_by_ctrl_c(value)):

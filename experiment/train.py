@@ -22,11 +22,12 @@ from tqdm import tqdm
 
 from agents import Agent
 from envs import make_env, make_vector_env
-from experiment import ctrl_c, dashboards
+from experiment import ctrl_c, dashboards, protocol
 from experiment import diagnose as diag
 from experiment.checkpoint import Checkpointer
 from experiment.config import TrainConfig
 from experiment.events import Intervention, build_intervention, intervention_plan, with_hooks
+from experiment.protocol import StopRequest
 from experiment.resources import check_fits
 from experiment.rundir.files import LOSS_WARNINGS, RunFiles, read_loss_warnings
 from experiment.rundir.record import CannotResume, config_record, with_earlier_versions, write_json
@@ -58,7 +59,7 @@ class Prefetched(NamedTuple):
     batches: Batch | None  # gathered, or None where a slot is the one the next insert writes
 
 
-class Diverged(RuntimeError):
+class Diverged(protocol.Diverged):
     """NaN or inf in a loss, the parameters or the actions of `seed` at `env_step`."""
 
     def __init__(self, what: str, env_step: int, seed: int):
@@ -95,13 +96,13 @@ def make_trainer(agent: Agent, cfg: TrainConfig) -> "Trainer":
     return Trainer(agent, cfg)
 
 
-class Stopped(RuntimeError):
-    """The run stopped, as asked (`Trainer.stop_requested`), at `env_step`: an episode end,
-    where it wrote a checkpoint to resume from."""
+class Stopped(protocol.Stopped):
+    """The run stopped, as asked (`Trainer.stop`), at `env_step`: an episode end, where it
+    wrote a checkpoint to resume from."""
 
     def __init__(self, env_step: int, returns: np.ndarray | None = None):
         super().__init__(f"stopped at env step {env_step}, after a checkpoint there")
-        self.env_step = env_step
+        self.env_step, self.where = env_step, f"at env step {env_step}"
         self.returns = returns  # of the evaluation at that step, if one was due there
 
 
@@ -203,7 +204,7 @@ class Trainer:
         self.last_checkpoint = 0
         self.resumed_from: int | None = None  # the checkpoint resumed from, until the next one
         self.loss_warnings: dict = {}  # LOSS_WARNINGS's losses: {name: first crossing}
-        self.stop_requested = False  # set (by a SIGTERM handler) to stop at an episode end
+        self.stop = StopRequest()  # set (by a SIGTERM) to stop at the next episode end
         self.files = None
         self.check_finite = jax.jit(lambda tree: jax.tree.map(
             lambda x: jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1), tree))
@@ -551,9 +552,9 @@ class Trainer:
             self.intervene_if_due(loop)
         self.files.end_step()
         if ended and (loop.env_step - self.last_checkpoint >= cfg.checkpoint_every
-                      or self.stop_requested):
+                      or self.stop.requested):
             self.save(loop)
-            if self.stop_requested and loop.env_step < cfg.max_steps:
+            if self.stop.requested and loop.env_step < cfg.max_steps:
                 raise Stopped(loop.env_step, returns)
         return returns
 

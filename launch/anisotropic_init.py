@@ -22,15 +22,13 @@ from experiment import startup
 startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries import
 
 # isort: split
-import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 
+from continual.anisotropy import steps_to_fit
 from continual.data import LOADERS, DataError
-from continual.learner import DEFAULT_LEARNING_RATE, Examples, LearnerConfig, make_learner
+from continual.learner import DEFAULT_LEARNING_RATE, LearnerConfig
 from experiment.cli import one_line_flag_parser
-from interventions.matrices import is_weight_matrix
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("data", "digits", ["digits", "mnist"], "The stationary task's images.")
@@ -54,67 +52,6 @@ class Error(ValueError):
     """A setting that cannot work; one line for the user."""
 
 
-def anisotropic(kernel: np.ndarray, d: int, small: float) -> np.ndarray:
-    """kernel (m, n) as U diag(s) V^T with its own singular vectors, s = 1 for the first
-    min(d, k) and `small` for the rest, rescaled to the kernel's Frobenius norm."""
-    u, s, vt = np.linalg.svd(kernel.astype(np.float64), full_matrices=False)
-    values = np.where(np.arange(len(s)) < d, 1.0, small)
-    w = (u * values) @ vt
-    return (w * np.linalg.norm(kernel) / np.linalg.norm(w)).astype(np.float32)
-
-
-def with_anisotropy(params, d: int, small: float):
-    """Every weight matrix of `params` (a leading seed axis) made anisotropic, seed by seed."""
-
-    def visit(path, leaf):
-        if not is_weight_matrix(path, leaf[0]):
-            return leaf
-        return np.stack([anisotropic(np.asarray(k), d, small) for k in leaf])
-
-    return jax.tree_util.tree_map_with_path(visit, jax.device_get(params))
-
-
-def steps_to_fit(images: np.ndarray, labels: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, reached) per seed for `d` unit singular values."""
-    n, seeds = len(labels), FLAGS.seeds
-    config = LearnerConfig(input_shape=images.shape[1:], hidden_dims=(FLAGS.hidden_dim,),
-                           layer_norm=FLAGS.layer_norm, learning_rate=FLAGS.learning_rate)
-    learner = make_learner(config)
-    states = jax.vmap(learner.init)(jnp.stack([jax.random.key(s) for s in range(seeds)]))
-    params = with_anisotropy(states.net.params, d, FLAGS.small)
-    states = states.replace(net=states.net.replace(params=jax.tree.map(jnp.asarray, params)))
-    x, y = jnp.asarray(images), jnp.asarray(labels)
-
-    @jax.jit
-    def train(states, order):
-        def one(state, order):
-            def step(state, positions):
-                return learner.update(state, Examples(x[positions], y[positions]))[0], None
-
-            state = jax.lax.scan(step, state, order)[0]
-            return state, jnp.mean(jnp.argmax(learner.predict(state, x), -1) == y)
-
-        return jax.vmap(one)(states, order)
-
-    rngs = [np.random.default_rng([s, d]) for s in range(seeds)]
-    pending = [np.empty(0, np.int64)] * seeds
-    steps = np.full(seeds, FLAGS.max_steps)
-    reached = np.zeros(seeds, bool)
-    per_call = FLAGS.eval_every * FLAGS.batch_size
-    for done in range(FLAGS.eval_every, FLAGS.max_steps + 1, FLAGS.eval_every):
-        for s in range(seeds):
-            while len(pending[s]) < per_call:
-                pending[s] = np.concatenate([pending[s], rngs[s].permutation(n)])
-        order = np.stack([p[:per_call] for p in pending])
-        pending = [p[per_call:] for p in pending]
-        states, accuracy = train(states, order.reshape(seeds, FLAGS.eval_every, -1))
-        fitted = (np.asarray(accuracy) >= FLAGS.target) & ~reached
-        steps[fitted], reached = done, reached | fitted
-        if reached.all():
-            break
-    return steps, reached
-
-
 def run() -> None:
     try:
         ds = [int(d) for d in FLAGS.ds]
@@ -135,9 +72,13 @@ def run() -> None:
     labels = data.labels[rows]
     out = Path(FLAGS.out)
     out.mkdir(parents=True, exist_ok=True)
+    config = LearnerConfig(input_shape=images.shape[1:], hidden_dims=(FLAGS.hidden_dim,),
+                           layer_norm=FLAGS.layer_norm, learning_rate=FLAGS.learning_rate)
     results = []
     for d in ds:
-        steps, reached = steps_to_fit(images, labels, d)
+        steps, reached = steps_to_fit(
+            images, labels, d, config, seeds=FLAGS.seeds, small=FLAGS.small, target=FLAGS.target,
+            max_steps=FLAGS.max_steps, eval_every=FLAGS.eval_every, batch_size=FLAGS.batch_size)
         results += [(d, s, int(t), bool(r)) for s, (t, r) in enumerate(zip(steps, reached,
                                                                              strict=True))]
         print(f"d={d}: steps to {FLAGS.target:g} accuracy {steps.tolist()}"

@@ -11,7 +11,7 @@ import pytest
 from analysis.continual import load_methods, read_runs, summarize
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import detect_layout
-from launch.anisotropic_init import anisotropic
+from continual.anisotropy import anisotropic
 from sweeps.grid import SweepError, make_grid
 from tests.helpers.runs import read_csv, run
 

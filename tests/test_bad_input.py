@@ -185,7 +185,7 @@ def test_dry_run_checks_the_run_directory(tmp_path):
 def test_dry_run_refuses_a_folder_where_nothing_can_be_made_even_for_root(tmp_path):
     """/proc passes permission checks for root (as CI and containers often run), yet refuses
     every mkdir: the dry run's probe folder finds that out, and leaves nothing behind."""
-    from experiment.runner import check_writable
+    from experiment.rundir.claim import check_writable
 
     with pytest.raises(ConfigError, match="cannot write to the run directory /proc/nope/runs"):
         check_writable("/proc/nope/runs", create=False)
@@ -213,7 +213,7 @@ def test_unwritable_logdir(tmp_path):
 
 
 def test_a_run_directory_too_long_for_its_checkpoints_is_refused_before_training(tmp_path):
-    from experiment.runner import CHECKPOINT_PATH_ROOM, PATH_MAX, check_writable
+    from experiment.rundir.claim import CHECKPOINT_PATH_ROOM, PATH_MAX, check_writable
 
     logdir = str(tmp_path / "/".join(["d" * 200] * 20))[:PATH_MAX - CHECKPOINT_PATH_ROOM + 10]
     for create in (False, True):

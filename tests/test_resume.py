@@ -296,7 +296,7 @@ def test_divergence_between_train_logs_is_caught_before_an_evaluation(tmp_path):
 INTERRUPTED_COMPILATION = """
 import os, signal, threading
 import jax, jax.numpy as jnp
-from experiment import runner
+from experiment import protocol
 
 jax.config.update("jax_enable_compilation_cache", False)  # a cached program loads at once
 
@@ -311,7 +311,7 @@ try:
     lowered.compile()
     print("compiled before the Ctrl-C")
 except KeyboardInterrupt:
-    runner._interrupted("interrupted")
+    protocol.interrupted("interrupted")
 """
 
 

@@ -506,3 +506,31 @@ def test_a_loss_past_the_limit_is_warned_about_once_and_recorded(tmp_path, capsy
         assert json.load(f) == {"limit": 1e10, "losses": {
             "critic_loss": {"env_step": 1000, "seed": 4, "value": 1.5e26},
             "actor_loss": {"env_step": 2000, "seed": 3, "value": -1e11}}}
+
+
+@pytest.mark.slow
+def test_the_python_entry_point_trains_what_the_script_trains(tmp_path):
+    """experiment.entry.train, in this process, and run_sac.py give the same run: eval.csv and
+    interventions.csv equal value for value (wall times aside)."""
+    from experiment import entry
+    from experiment.config import SAC_DEFAULTS
+
+    settings = {"max_steps": 600, "start_steps": 200, "eval_every": 300,
+                "intervention": "clip", "intervention_steps": (400,), "num_seeds": 2}
+    cfg = dataclasses.replace(SAC_DEFAULTS, env="cartpole-swingup", eval_episodes=1,
+                              progress=False, logdir=str(tmp_path / "python"), **settings)
+    in_process = entry.train(cfg, SACConfig(hidden_dims=(32, 32)))
+    assert entry.train(cfg, SACConfig(hidden_dims=(32, 32))) == in_process  # done: no retrain
+    run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path / 'script'}", "--max_steps=600",
+        "--start_steps=200", "--eval_every=300", "--intervention=clip",
+        "--intervention_steps=400", "--num_seeds=2", timeout=240)
+    by_script = tmp_path / "script" / "sac" / "cartpole-swingup" / "clip-utd1-seed0"
+    assert os.path.realpath(in_process) == str(tmp_path / "python" / "sac" / "cartpole-swingup"
+                                               / "clip-utd1-seed0")
+
+    def rows(run_dir, name):
+        return [{k: v for k, v in r.items() if k != "wall_time"}
+                for r in read_csv(os.path.join(run_dir, name))]
+
+    for name in ("eval.csv", "interventions.csv"):
+        assert rows(in_process, name) == rows(by_script, name) != []
