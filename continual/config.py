@@ -14,7 +14,12 @@ from absl import flags
 from continual.data import MNIST_SAMPLE_IMAGES, mnist_files_present
 from continual.learner import DEFAULT_LEARNING_RATE, OPTIMIZERS
 from continual.tasks import BENCHMARKS
-from experiment.cli import define_dashboard_flags, define_method_flags, method_values
+from experiment.cli import (
+    define_dashboard_flags,
+    define_dataclass_flags,
+    define_method_flags,
+    method_values,
+)
 from experiment.config import (
     MAX_SEEDS,
     RESUME_MODES,
@@ -128,76 +133,66 @@ ZERO_MEANS_DEFAULT = ("num_tasks", "examples", "epochs", "batch_size", "hidden_d
 
 
 def define_flags(d: ContinualConfig = CONTINUAL_DEFAULTS) -> None:
-    tasks = ", ".join(BENCHMARKS)
-    flags.DEFINE_string("task", d.task, f"Benchmark: {tasks}.")
-    flags.DEFINE_string("data_dir", d.data_dir, "Folder holding mnist/, cifar-10-batches-py/ or "
-                        "imagenet32/ (docs/continual.md); the digits tasks need none.")
-    flags.DEFINE_integer("num_tasks", d.num_tasks, "Tasks in the sequence (0: the benchmark's, "
-                         "100; continual_imagenet 500).")
-    flags.DEFINE_integer("examples", d.examples, "Examples per task (per class for "
-                         "continual_imagenet); 0: the benchmark's.")
-    flags.DEFINE_integer("epochs", d.epochs, "Passes over a task's examples; 0: the "
-                         "benchmark's (10; random_label_imagenet 20).")
-    flags.DEFINE_integer("batch_size", d.batch_size, "Minibatch size; 0: the benchmark's. Each "
-                         "epoch takes examples // batch_size minibatches of a new shuffle.")
-    flags.DEFINE_integer("hidden_dim", d.hidden_dim, "Width of the hidden Dense layer; 0: the "
-                         "benchmark's (256; ImageNet 512).")
-    flags.DEFINE_list("channels", [str(c) for c in d.channels], "Conv blocks' widths of the "
-                      "conv benchmarks (one block each); empty: the benchmark's (CIFAR 32,64; "
-                      "ImageNet 64,128,256).")
-    flags.DEFINE_boolean("layer_norm", d.layer_norm, "LayerNorm after the hidden Dense (the "
-                         "paper's LayerNorm baseline is --intervention=none).")
-    flags.DEFINE_enum("init", d.init, list(INITS), "The kernels' and biases' initialisation "
-                      "(the paper gives none): orthogonal with scale sqrt(2) and zero biases "
-                      "(docs/algorithms.md, as the RL networks); pytorch, PyTorch's default of "
-                      "nn.Linear "
-                      "and nn.Conv2d (kernels kaiming-uniform with a = sqrt(5), i.e. U(+-1/"
-                      "sqrt(fan_in)), biases U(+-1/sqrt(fan_in))); flax's lecun_normal or "
-                      "he_normal with zero biases.")
-    flags.DEFINE_enum("optimizer", d.optimizer, list(OPTIMIZERS), "adam, sgd, or optax's muon "
-                      "(Adam for parameters that are not matrices).")
-    flags.DEFINE_float("learning_rate", d.learning_rate, "Learning rate of the optimizer (1e-3: "
-                       "Adam's in these benchmarks, Dohare et al. 2024 and Kumar et al. 2023).")
-    flags.DEFINE_float("weight_decay", d.weight_decay, "Decoupled weight decay on every "
-                       "parameter, lr * weight_decay * theta per step: AdamW with "
-                       "--optimizer=adam (optax.adamw, as PyTorch's AdamW, whose default is "
-                       "0.01); 0: none (the paper gives no optimizer).")
-    flags.DEFINE_integer("seed", d.seed, "First seed; seeds seed..seed+num_seeds-1 are trained.")
-    flags.DEFINE_integer("num_seeds", d.num_seeds, "Independent seeds trained in one process "
-                         "(vmapped), each with its own task sequence.")
-    flags.DEFINE_string("intervention", d.intervention, "none, one method, or several joined "
-                        "by ',' or '+' (at most one event): " + ", ".join(registry.names())
-                        + ". Events act at task boundaries, per-step methods every step.")
-    flags.DEFINE_integer("intervention_every", d.intervention_every, "Tasks between events (1: "
-                         "at every task boundary).")
-    flags.DEFINE_enum("event_opt_state", d.event_opt_state, list(EVENT_OPT_STATES), "What an "
-                      "event does to the optimizer state (Adam's moments and step count) of the "
-                      "networks it acts on, for every event method alike: method, what the "
-                      "method does by itself (clip and S&P per --clip_opt_state and "
-                      "--sp_opt_state, keep here; a reset starts it anew; ReDo and layer_reset "
-                      "zero the moments of what they re-initialise; DASH keeps it); keep, as "
-                      "it was before the event (the paper's text suggests its resets kept "
-                      "Adam's statistics); reset, to its initial value.")
+    """Define a continual run's flags, with `d`'s values as defaults."""
+    choices = {"init": INITS, "optimizer": OPTIMIZERS, "event_opt_state": EVENT_OPT_STATES,
+               "resume": RESUME_MODES}
+    define_dataclass_flags(d, {
+        "task": f"Benchmark: {', '.join(BENCHMARKS)}.",
+        "data_dir": "Folder holding mnist/, cifar-10-batches-py/ or imagenet32/ "
+                    "(docs/continual.md); the digits tasks need none.",
+        "num_tasks": "Tasks in the sequence (0: the benchmark's, 100; continual_imagenet 500).",
+        "examples": "Examples per task (per class for continual_imagenet); 0: the benchmark's.",
+        "epochs": "Passes over a task's examples; 0: the benchmark's (10; random_label_imagenet "
+                  "20).",
+        "batch_size": "Minibatch size; 0: the benchmark's. Each epoch takes examples // "
+                      "batch_size minibatches of a new shuffle.",
+        "hidden_dim": "Width of the hidden Dense layer; 0: the benchmark's (256; ImageNet 512).",
+        "channels": "Conv blocks' widths of the conv benchmarks (one block each); empty: the "
+                    "benchmark's (CIFAR 32,64; ImageNet 64,128,256).",
+        "layer_norm": "LayerNorm after the hidden Dense (the paper's LayerNorm baseline is "
+                      "--intervention=none).",
+        "init": "The kernels' and biases' initialisation (the paper gives none): orthogonal with "
+                "scale sqrt(2) and zero biases (docs/algorithms.md, as the RL networks); pytorch, "
+                "PyTorch's default of nn.Linear and nn.Conv2d (kernels kaiming-uniform with a = "
+                "sqrt(5), i.e. U(+-1/sqrt(fan_in)), biases U(+-1/sqrt(fan_in))); flax's "
+                "lecun_normal or he_normal with zero biases.",
+        "optimizer": "adam, sgd, or optax's muon (Adam for parameters that are not matrices).",
+        "learning_rate": "Learning rate of the optimizer (1e-3: Adam's in these benchmarks, "
+                         "Dohare et al. 2024 and Kumar et al. 2023).",
+        "weight_decay": "Decoupled weight decay on every parameter, lr * weight_decay * theta per "
+                        "step: AdamW with --optimizer=adam (optax.adamw, as PyTorch's AdamW, "
+                        "whose default is 0.01); 0: none (the paper gives no optimizer).",
+        "seed": "First seed; seeds seed..seed+num_seeds-1 are trained.",
+        "num_seeds": "Independent seeds trained in one process (vmapped), each with its own task "
+                     "sequence.",
+        "intervention": "none, one method, or several joined by ',' or '+' (at most one event): "
+                        + ", ".join(registry.names()) + ". Events act at task boundaries, "
+                        "per-step methods every step.",
+        "intervention_every": "Tasks between events (1: at every task boundary).",
+        "event_opt_state": "What an event does to the optimizer state (Adam's moments and step "
+                           "count) of the networks it acts on, for every event method alike: "
+                           "method, what the method does by itself (clip and S&P per "
+                           "--clip_opt_state and --sp_opt_state, keep here; a reset starts it "
+                           "anew; ReDo and layer_reset zero the moments of what they "
+                           "re-initialise; DASH keeps it); keep, as it was before the event (the "
+                           "paper's text suggests its resets kept Adam's statistics); reset, to "
+                           "its initial value.",
+    }, choices)
     define_method_flags(d)
-    flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Checkpoint every N tasks "
-                         "(and after the last).")
-    flags.DEFINE_boolean("diagnostics", d.diagnostics, "Write spectral and feature diagnostics "
-                         "at task ends.")
-    flags.DEFINE_integer("diagnostics_every", d.diagnostics_every, "Diagnostics every N tasks "
-                         "(and after the last).")
-    flags.DEFINE_integer("diagnostics_batch_size", d.diagnostics_batch_size, "Examples of the "
-                         "task the feature diagnostics use (0: --batch_size).")
-    flags.DEFINE_list("dormant_taus", [f"{t:g}" for t in d.dormant_taus], "Dormant-unit "
-                      "thresholds the diagnostics report.")
-    flags.DEFINE_float("srank_threshold", d.srank_threshold, "srank threshold of the feature "
-                       "diagnostics.")
-    flags.DEFINE_string("logdir", d.logdir, "Root of the results tree: "
-                        "<logdir>/continual/<task>/<run_name>/.")
-    flags.DEFINE_string("run_name", d.run_name, "Run directory name; default "
-                        "<intervention>-seed<seed>.")
-    flags.DEFINE_enum("resume", d.resume, list(RESUME_MODES), "auto: resume a run found in "
-                      "the run directory; never: refuse to touch one; must: fail if none.")
-    flags.DEFINE_boolean("progress", d.progress, "Show a progress bar.")
+    define_dataclass_flags(d, {
+        "checkpoint_every": "Checkpoint every N tasks (and after the last).",
+        "diagnostics": "Write spectral and feature diagnostics at task ends.",
+        "diagnostics_every": "Diagnostics every N tasks (and after the last).",
+        "diagnostics_batch_size": "Examples of the task the feature diagnostics use (0: "
+                                  "--batch_size).",
+        "dormant_taus": "Dormant-unit thresholds the diagnostics report.",
+        "srank_threshold": "srank threshold of the feature diagnostics.",
+        "logdir": "Root of the results tree: <logdir>/continual/<task>/<run_name>/.",
+        "run_name": "Run directory name; default <intervention>-seed<seed>.",
+        "resume": "auto: resume a run found in the run directory; never: refuse to touch one; "
+                  "must: fail if none.",
+        "progress": "Show a progress bar.",
+    }, choices)
     define_dashboard_flags(d)
     flags.DEFINE_boolean("dry_run", False, "Check the settings and the data files and exit (0 "
                          "when the run would train); leaves nothing behind.")

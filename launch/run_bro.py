@@ -21,7 +21,7 @@ from absl import app, flags
 from agents import bro
 from envs import make_env
 from experiment import cli, runner
-from experiment.cli import define_flags
+from experiment.cli import define_dataclass_flags, define_flags
 from experiment.config import BRO_DEFAULTS
 
 _DEFAULT = bro.BROConfig()
@@ -62,12 +62,10 @@ _HELP = {
                    "parameters and forward pass, plain gradients): forward-mode autodiff (jax.jvp, "
                    "jax.jacfwd) works; the update is slower on a CPU.",
 }
-_DEFINE = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_boolean}
 
 define_flags(BRO_DEFAULTS)
 flags.adopt_module_key_flags(cli)  # the shared flags show in --help
-for _name, _help in _HELP.items():
-    _DEFINE[type(getattr(_DEFAULT, _name))](_name, getattr(_DEFAULT, _name), _help)
+define_dataclass_flags(_DEFAULT, _HELP)
 
 
 def agent_config() -> bro.BROConfig:

@@ -20,32 +20,33 @@ from absl import app, flags
 from agents import sac
 from agents.common import check_size
 from experiment import cli, runner
-from experiment.cli import define_flags
+from experiment.cli import define_dataclass_flags, define_flags
 from experiment.config import SAC_DEFAULTS
 
 _DEFAULT = sac.SACConfig()
+_HELP = {  # SACConfig's fields with a flag of their own (hidden_dims: --hidden_dim, --num_layers)
+    "layer_norm": "LayerNorm after each hidden Dense.",
+    "init_scale": "Orthogonal init scale of every kernel.",
+    "num_critics": "Critics in the ensemble (min target).",
+    "actor_lr": "Adam learning rate of the actor.",
+    "critic_lr": "Adam learning rate of the critics.",
+    "temp_lr": "Adam learning rate of the temperature.",
+    "discount": "Discount factor.",
+    "tau": "Target critic Polyak rate per gradient step.",
+    "init_temperature": "Initial temperature.",
+    "target_entropy_scale": "Target entropy is -scale * action_dim.",
+    "log_std_min": "Lower bound of the actor's log-std.",
+    "log_std_max": "Upper bound of the actor's log-std.",
+    "flax_layers": "flax.linen's own Dense and LayerNorm instead of this project's (the same "
+                   "parameters and forward pass, plain gradients): forward-mode autodiff (jax.jvp, "
+                   "jax.jacfwd) works; the update is slower on a CPU.",
+}
 
 define_flags(SAC_DEFAULTS)
 flags.adopt_module_key_flags(cli)  # the shared flags show in --help
 flags.DEFINE_integer("hidden_dim", _DEFAULT.hidden_dims[0], "Width of each hidden layer.")
 flags.DEFINE_integer("num_layers", len(_DEFAULT.hidden_dims), "Hidden layers of actor and critic.")
-flags.DEFINE_boolean("layer_norm", _DEFAULT.layer_norm, "LayerNorm after each hidden Dense.")
-flags.DEFINE_float("init_scale", _DEFAULT.init_scale, "Orthogonal init scale of every kernel.")
-flags.DEFINE_integer("num_critics", _DEFAULT.num_critics, "Critics in the ensemble (min target).")
-flags.DEFINE_float("actor_lr", _DEFAULT.actor_lr, "Adam learning rate of the actor.")
-flags.DEFINE_float("critic_lr", _DEFAULT.critic_lr, "Adam learning rate of the critics.")
-flags.DEFINE_float("temp_lr", _DEFAULT.temp_lr, "Adam learning rate of the temperature.")
-flags.DEFINE_float("discount", _DEFAULT.discount, "Discount factor.")
-flags.DEFINE_float("tau", _DEFAULT.tau, "Target critic Polyak rate per gradient step.")
-flags.DEFINE_float("init_temperature", _DEFAULT.init_temperature, "Initial temperature.")
-flags.DEFINE_float("target_entropy_scale", _DEFAULT.target_entropy_scale,
-                   "Target entropy is -scale * action_dim.")
-flags.DEFINE_float("log_std_min", _DEFAULT.log_std_min, "Lower bound of the actor's log-std.")
-flags.DEFINE_float("log_std_max", _DEFAULT.log_std_max, "Upper bound of the actor's log-std.")
-flags.DEFINE_boolean("flax_layers", _DEFAULT.flax_layers, "flax.linen's own Dense and LayerNorm "
-                     "instead of this project's (the same parameters and forward pass, plain "
-                     "gradients): forward-mode autodiff (jax.jvp, jax.jacfwd) works; the update "
-                     "is slower on a CPU.")
+define_dataclass_flags(_DEFAULT, _HELP)
 
 
 def agent_config() -> sac.SACConfig:
@@ -61,24 +62,8 @@ def agent_config() -> sac.SACConfig:
 
 
 def _config(f) -> sac.SACConfig:
-    return dataclasses.replace(
-        _DEFAULT,
-        hidden_dims=(f.hidden_dim,) * f.num_layers,
-        layer_norm=f.layer_norm,
-        init_scale=f.init_scale,
-        num_critics=f.num_critics,
-        actor_lr=f.actor_lr,
-        critic_lr=f.critic_lr,
-        temp_lr=f.temp_lr,
-        discount=f.discount,
-        tau=f.tau,
-        init_temperature=f.init_temperature,
-        target_entropy_scale=f.target_entropy_scale,
-        log_std_min=f.log_std_min,
-        log_std_max=f.log_std_max,
-        flax_layers=f.flax_layers,
-        batch_size=f.batch_size,
-    )
+    return dataclasses.replace(_DEFAULT, hidden_dims=(f.hidden_dim,) * f.num_layers,
+                               batch_size=f.batch_size, **{name: f[name].value for name in _HELP})
 
 
 def main(argv):
