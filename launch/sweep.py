@@ -34,19 +34,15 @@ from experiment.cli import one_line_flag_parser
 from interventions import registry
 from sweeps.grid import (
     AGENTS,
-    DEFAULT_SCRIPT_DIR,
-    GRID_KEYS,
     PRESETS,
     RUN_DEFAULTS,
-    TRAIN_FLAGS,
-    JobSpec,
-    SweepError,
     check_seed_overlap,
     expand,
     load_grid_file,
     make_grid,
-    split_extra,
 )
+from sweeps.jobspec import DEFAULT_SCRIPT_DIR, JobSpec
+from sweeps.run_flags import GRID_KEYS, TRAIN_FLAGS, SweepError, split_extra
 from sweeps.state import SweepPaths, read_json, sweep_lock
 from sweeps.stop import stop
 from sweeps.submit import (

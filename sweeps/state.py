@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from experiment.rundir.record import write_json
-from sweeps.grid import SweepError
+from sweeps.run_flags import SweepError
 
 SWEEP_DIR = ".sweep"
 HEARTBEAT_S = 10.0

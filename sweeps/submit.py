@@ -26,8 +26,9 @@ from experiment.rundir.code import CODE, other_code, recorded_code
 from experiment.rundir.files import is_finished
 from experiment.rundir.lock import EXIT_IN_USE
 from experiment.rundir.record import WATCH_SETTINGS, with_added_settings, with_resolved_settings
-from sweeps.grid import FLAG_FIELDS, JobSpec, SweepError, job_flags
 from sweeps.job import LocalWorker, RunJob
+from sweeps.jobspec import FLAG_FIELDS, JobSpec, job_flags
+from sweeps.run_flags import SweepError
 from sweeps.state import (
     FINAL_STATES,
     Status,

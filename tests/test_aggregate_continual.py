@@ -12,7 +12,8 @@ from analysis.continual import load_methods, read_runs, summarize
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.layouts import detect_layout
 from continual.anisotropy import anisotropic
-from sweeps.grid import SweepError, make_grid
+from sweeps.grid import make_grid
+from sweeps.run_flags import SweepError
 from tests.helpers.runs import read_csv, run
 
 

@@ -17,7 +17,7 @@ import pytest
 from analysis import run_figures
 from experiment.config import TrainConfig
 from experiment.dashboards import REQUIREMENTS, for_config, wandb_steps
-from sweeps.grid import JobSpec
+from sweeps.jobspec import JobSpec
 from tests.helpers.dashboard_files import (
     by_step,
     tensorboard_hparams,

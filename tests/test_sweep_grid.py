@@ -13,14 +13,9 @@ from pathlib import Path
 import pytest
 
 from interventions import registry
-from sweeps.grid import (
-    PRESETS,
-    JobSpec,
-    SweepError,
-    expand,
-    load_grid_file,
-    make_grid,
-)
+from sweeps.grid import PRESETS, expand, load_grid_file, make_grid
+from sweeps.jobspec import JobSpec
+from sweeps.run_flags import SweepError
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "reference"  # the published curves (reference/README.md)

@@ -15,7 +15,8 @@ import pytest
 
 from experiment.rundir.code import CODE, UNKNOWN
 from sweeps import submit
-from sweeps.grid import JobSpec, SweepError
+from sweeps.jobspec import JobSpec
+from sweeps.run_flags import SweepError
 from sweeps.state import SweepPaths, read_json
 from sweeps.submit import ExecutorOptions, job_env
 

@@ -17,8 +17,9 @@ import pytest
 from experiment import ctrl_c
 from experiment.rundir.record import write_json
 from sweeps import submit
-from sweeps.grid import JobSpec, SweepError
 from sweeps.job import last_line
+from sweeps.jobspec import JobSpec
+from sweeps.run_flags import SweepError
 from sweeps.state import (
     STALE_AFTER_S,
     Status,

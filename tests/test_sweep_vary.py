@@ -12,17 +12,10 @@ from pathlib import Path
 import pytest
 
 from sweeps import submit
-from sweeps.grid import (
-    JobSpec,
-    SweepError,
-    check_seed_overlap,
-    event_settings,
-    expand,
-    job_flags,
-    load_grid_file,
-    make_grid,
-    vary_keys,
-)
+from sweeps.axes import event_settings, vary_keys
+from sweeps.grid import check_seed_overlap, expand, load_grid_file, make_grid
+from sweeps.jobspec import JobSpec, job_flags
+from sweeps.run_flags import SweepError
 from sweeps.state import Status
 
 ROOT = Path(__file__).resolve().parents[1]
