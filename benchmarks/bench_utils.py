@@ -177,7 +177,7 @@ def compile_update(agent, obs_dim: int, act_dim: int, seeds: int, utd: int, batc
     """The seed-vmapped, jitted UTD update on fresh states and random minibatches, compiled.
 
     The update donates its states and each call trains on the last one's, as in the trainer
-    (`experiment.train.make_step_fns`), so XLA updates them in place rather than copying them.
+    (`experiment.step_fns.make_step_fns`), so XLA updates them in place rather than copying them.
     FLOPs come from XLA's cost analysis of one gradient step (a UTD-1 update): XLA counts a
     scan's body once, whatever its trip count. With `sharding` (of the seed axis) the calls
     run on the states and batches placed that way; the FLOPs are still counted on one device.

@@ -28,7 +28,7 @@ from absl import app, flags
 from bench_utils import env_seconds, sac_trainer, update_seconds, xla_flags
 from recording import record
 
-from experiment.train import to_batch
+from experiment.step_fns import to_batch
 
 flags.DEFINE_string("env", "humanoid-stand", "Task whose dimensions and physics are used.")
 flags.DEFINE_integer("utd", 1, "Gradient steps per env step.")

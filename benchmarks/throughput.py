@@ -50,7 +50,7 @@ from recording import record
 from agents import make_agent
 from envs import make_vector_env
 from experiment.config import TrainConfig
-from experiment.train import evaluate, to_batch
+from experiment.step_fns import evaluate, to_batch
 
 flags.DEFINE_string("env", "humanoid-stand", "Task whose dimensions and physics are used.")
 flags.DEFINE_boolean("quick", False, "Fewer steps (a rough check).")

@@ -11,7 +11,8 @@ with the previous step's actions, says which.
 import jax
 import jax.numpy as jnp
 
-from experiment.train import Loop, Trainer
+from experiment.loop_checkpoint import Loop
+from experiment.train import Trainer
 from replay import device as device_replay
 
 

@@ -24,7 +24,8 @@ from experiment.resources import TooLargeForMemory, check_fits
 from experiment.rundir.claim import check_writable
 from experiment.rundir.lock import check_not_in_use
 from experiment.rundir.resume import checkpoint_dirs
-from experiment.train import UnevenEpisodes, seed_init
+from experiment.step_fns import seed_init
+from experiment.train import UnevenEpisodes
 
 __all__ = ["ConfigError", "main"]
 

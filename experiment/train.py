@@ -9,11 +9,10 @@ whenever its minibatches do not need that step's transition, and computes while 
 (`Trainer.step_and_update`).
 """
 
-import dataclasses
 import os
 import sys
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,28 +25,23 @@ from experiment import ctrl_c, dashboards, protocol
 from experiment import diagnose as diag
 from experiment.checkpoint import Checkpointer
 from experiment.config import TrainConfig
+from experiment.divergence import Diverged, DivergenceChecks
 from experiment.events import Intervention, build_intervention, intervention_plan, with_hooks
+from experiment.loop_checkpoint import Loop, LoopCheckpoints
 from experiment.protocol import StopRequest
 from experiment.resources import check_fits
-from experiment.rundir.files import LOSS_WARNINGS, RunFiles, read_loss_warnings
-from experiment.rundir.record import CannotResume, config_record, with_earlier_versions, write_json
+from experiment.rundir.files import RunFiles
+from experiment.rundir.record import config_record, with_earlier_versions
+from experiment.step_fns import (
+    evaluate,
+    make_step_fns,
+    seed_init,
+    seeds_update,
+    to_batch,
+    zero_metrics,
+)
 from learners.batch import Batch
 from replay import ReplayBuffer
-
-
-@dataclasses.dataclass
-class Loop:
-    """Everything that changes while training (what a checkpoint must hold)."""
-
-    env_step: int
-    states: Any  # agent state pytree with a leading seed axis
-    keys: jax.Array  # (seeds,) action-sampling keys
-    obs: np.ndarray  # (seeds, obs_dim) current observations
-    actions: np.ndarray  # (seeds, act_dim) actions for the next env step
-    metric_sums: Any  # device pytree: metrics summed since the last train.csv row
-    metric_count: int
-    wall_time: float
-    env_rng: dict  # train env RNG states before the last reset (so resume replays the reset)
 
 
 class Prefetched(NamedTuple):
@@ -59,31 +53,8 @@ class Prefetched(NamedTuple):
     batches: Batch | None  # gathered, or None where a slot is the one the next insert writes
 
 
-class Diverged(protocol.Diverged):
-    """NaN or inf in a loss, the parameters or the actions of `seed` at `env_step`."""
-
-    def __init__(self, what: str, env_step: int, seed: int):
-        super().__init__(f"{what} at env step {env_step} for seed {seed}")
-        self.what, self.env_step, self.seed = what, env_step, seed
-        self.resumed_from: int | None = None  # the checkpoint's env step, if none came since
-
-
 class UnevenEpisodes(RuntimeError):
     """Some seeds' episodes ended (terminated early) while others went on."""
-
-
-def seed_init(agent: Agent, seeds, obs_dim: int, act_dim: int):
-    """The jitted, seed-vmapped `agent.init` and the seeds' keys it initialises them from:
-    `jax.random.key(s)` of each seed s (below 2**32), made in one vectorised call."""
-    keys = jax.vmap(jax.random.key)(np.asarray(seeds, dtype=np.uint32))
-    return jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim))), keys
-
-
-# A finite loss whose magnitude passes this is warned about and recorded: DMC's rewards are at
-# most 1 per control step, so with the discount 0.99 a return is at most 100 x the action
-# repeat, and a squared TD error at most (200 x the action repeat)**2, 4e4 at action repeat 1.
-# A loss past 1e10 is far past any bound the tasks set: it grows without one.
-LOSS_LIMIT = 1e10
 
 
 def make_trainer(agent: Agent, cfg: TrainConfig) -> "Trainer":
@@ -106,73 +77,10 @@ class Stopped(protocol.Stopped):
         self.returns = returns  # of the evaluation at that step, if one was due there
 
 
-def to_batch(sample: dict[str, np.ndarray]) -> Batch:
-    return Batch(**{field: sample[field] for field in Batch._fields})
-
-
-def seeds_update(agent: Agent):
-    """`agent.update` vmapped over seeds and jitted: the loop's update and `zero_metrics` call
-    this one function, so JAX traces the update once between them."""
-    return jax.jit(jax.vmap(agent.update))
-
-
-def make_step_fns(agent: Agent, update_seeds):
-    """Jitted, seed-vmapped functions of the loop: the update (the UTD gradient steps of every
-    seed through `update_seeds`, `seeds_update(agent)`, summing their metrics), the next actions
-    and the evaluation actions.
-
-    The next env step's actions are drawn with a key derived from the loop's keys, which the
-    update advances and `next_actions` leaves as they are: drawn again after an intervention,
-    they use the same randomness, so an intervention that changes no weight (a clip with
-    nothing outside [1/c, c]) changes nothing in the run."""
-
-    def next_actions(states, obs, keys):
-        act_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
-        return jax.vmap(agent.act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
-
-    def update_step(states, batches, keys, metric_sums):
-        states, metrics = update_seeds(states, batches)
-        keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-        metric_sums = jax.tree.map(jnp.add, metric_sums, metrics)
-        return states, keys, metric_sums
-
-    def eval_act(states, obs):
-        return jax.vmap(agent.act, in_axes=(0, 0, None, None))(states, obs, None, True)
-
-    return (jax.jit(update_step, donate_argnums=(0, 3)), jax.jit(next_actions),
-            jax.jit(eval_act))
-
-
-def evaluate(eval_act, states, env, episodes: int) -> np.ndarray:
-    """Mean undiscounted return over `episodes` deterministic episodes, per seed: (seeds,)."""
-    totals = np.zeros(env.num_envs)
-    for _ in range(episodes):
-        obs, done = env.reset(), np.zeros(env.num_envs, bool)
-        while not done.all():
-            actions = np.asarray(eval_act(states, obs))
-            obs, rewards, terminated, truncated = env.step(actions, active=~done)
-            totals += np.where(done, 0.0, rewards)
-            done |= terminated | truncated
-    return totals / episodes
-
-
-def zero_metrics(update_seeds, states, batch_shape: tuple[int, int, int], obs_dim: int, act_dim):
-    """A zero pytree with the structure and shapes of the metrics of `update_seeds` (see
-    `seeds_update`)."""
-    seeds, utd, batch = batch_shape
-    dummy = Batch(
-        observations=jax.ShapeDtypeStruct((seeds, utd, batch, obs_dim), jnp.float32),
-        actions=jax.ShapeDtypeStruct((seeds, utd, batch, act_dim), jnp.float32),
-        rewards=jax.ShapeDtypeStruct((seeds, utd, batch), jnp.float32),
-        next_observations=jax.ShapeDtypeStruct((seeds, utd, batch, obs_dim), jnp.float32),
-        masks=jax.ShapeDtypeStruct((seeds, utd, batch), jnp.float32),
-    )
-    shapes = update_seeds.eval_shape(states, dummy)[1]
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-
-class Trainer:
-    """Runs one `TrainConfig` for one agent; `run()` trains to `max_steps`."""
+class Trainer(LoopCheckpoints, DivergenceChecks):
+    """Runs one `TrainConfig` for one agent; `run()` trains to `max_steps`. Its checkpoints
+    (`save`, `restore`: experiment/loop_checkpoint.py) and divergence checks
+    (experiment/divergence.py) come from its bases."""
 
     def __init__(self, agent: Agent, cfg: TrainConfig):
         self.plan = intervention_plan(agent, cfg)
@@ -348,49 +256,6 @@ class Trainer:
         sums = jax.device_get(loop.metric_sums)
         return {name: np.asarray(v) / max(loop.metric_count, 1) for name, v in sums.items()}
 
-    def check_losses(self, env_step: int, means: dict[str, np.ndarray]) -> None:
-        """Warn once per loss whose finite mean passes LOSS_LIMIT in magnitude (a loss that
-        grows without bound: the run is most likely broken, though not yet NaN), and record
-        its first crossing (env step, seed, value) in the run directory's LOSS_WARNINGS."""
-        for name, values in sorted(means.items()):
-            if not name.endswith("loss") or name in self.loss_warnings:
-                continue
-            past = np.flatnonzero(np.isfinite(values) & (np.abs(values) > LOSS_LIMIT))
-            if not past.size:
-                continue
-            seed, value = self.cfg.seeds[past[0]], float(values[past[0]])
-            self.loss_warnings[name] = {"env_step": env_step, "seed": seed, "value": value}
-            self.write_loss_warnings()
-            tqdm.write(f"warning: {name} of seed {seed} is {value:.3g} at env step {env_step}, "
-                       f"past {LOSS_LIMIT:.0e}: a loss that grows without bound usually means "
-                       "a broken run; recorded in "
-                       f"{os.path.join(self.cfg.run_dir, LOSS_WARNINGS)}", file=sys.stderr)
-
-    def write_loss_warnings(self) -> None:
-        """LOSS_WARNINGS as `loss_warnings` has it (removed where it is empty)."""
-        path = os.path.join(self.cfg.run_dir, LOSS_WARNINGS)
-        if self.loss_warnings:
-            write_json(path, {"limit": LOSS_LIMIT, "losses": self.loss_warnings}, indent=2)
-        elif os.path.exists(path):
-            os.remove(path)
-
-    def check_divergence(self, loop: Loop) -> None:
-        """Raise Diverged naming the first loss or parameter with a NaN or inf, and its seed."""
-        for name, values in sorted(self.metric_means(loop).items()):
-            bad = np.flatnonzero(~np.isfinite(values))
-            if bad.size:
-                raise Diverged(f"{name} is {values[bad[0]]}", loop.env_step,
-                               self.cfg.seeds[bad[0]])
-        finite = jax.device_get(self.check_finite(self.agent.weights(loop.states)))
-        for path, ok in jax.tree_util.tree_flatten_with_path(finite)[0]:
-            if not ok.all():
-                seed = self.cfg.seeds[int(np.flatnonzero(~ok)[0])]
-                name = jax.tree_util.keystr(path, simple=True, separator="/")
-                raise Diverged(f"parameter {name} has NaN or inf", loop.env_step, seed)
-        bad = np.flatnonzero(~np.isfinite(loop.actions).all(axis=1))
-        if bad.size:
-            raise Diverged("actions are not finite", loop.env_step, self.cfg.seeds[bad[0]])
-
     def log_eval(self, loop: Loop) -> np.ndarray:
         self.check_divergence(loop)  # no evaluation row for an agent that has diverged
         returns = evaluate(self.eval_act, loop.states, self.eval_env, self.cfg.eval_episodes)
@@ -411,89 +276,6 @@ class Trainer:
             batch = jax.tree.map(lambda x: x[:, 0], batch)
         values = jax.device_get(self.diagnose(loop.states, batch))
         self.files.write_diagnostics(diag.rows(loop.env_step, self.cfg.seeds, values))
-
-    def save(self, loop: Loop) -> None:
-        """Checkpoint at an episode boundary (the envs were just reset from `loop.env_rng`), or
-        at the run's last step, which no env step follows (its envs are not restored). That
-        last one, the finished run's final checkpoint, leaves the replay buffer out unless
-        `keep_final_buffer`: nothing trains on it, and it is most of the checkpoint."""
-        self.check_divergence(loop)
-        device = {"states": loop.states, "keys": loop.keys, "metric_sums": loop.metric_sums}
-        buffer = self.buffer.state_dict()
-        keep_buffer = loop.env_step < self.cfg.max_steps or self.cfg.keep_final_buffer
-        host = {f"buffer/{k}": np.asarray(v) for k, v in buffer.items()
-                if np.ndim(v) > 0 and keep_buffer}
-        host.update({f"env_rng/{k}": np.asarray(v) for k, v in loop.env_rng.items()})
-        host.update({f"eval_env_rng/{k}": np.asarray(v)
-                     for k, v in self.eval_env.get_rng_state().items()})
-        host.update(obs=loop.obs, actions=loop.actions)
-        buffer_scalars = {k: int(v) for k, v in buffer.items() if np.ndim(v) == 0}
-        meta = {
-            "env_step": loop.env_step,
-            "metric_count": loop.metric_count,
-            "wall_time": loop.wall_time,
-            "offsets": self.files.offsets(),
-            "buffer_scalars": buffer_scalars,
-            "random_actions": self.random_actions.bit_generator.state,
-        }
-        self.checkpointer.save(loop.env_step, device, host, meta)
-        self.last_checkpoint = loop.env_step
-        self.resumed_from = None
-
-    def restore(self, template: Loop) -> Loop | None:
-        """The loop of the newest good checkpoint, with buffer, envs and log files rewound."""
-        device_template = {"states": template.states, "keys": template.keys,
-                           "metric_sums": template.metric_sums}
-        restored = self.checkpointer.restore_latest(device_template)
-        if restored is None:
-            return None
-        device, host, meta = restored
-        # The host arrays are read-only maps of the checkpoint's files: the buffer copies its
-        # own into its arrays; the loop keeps copies of the rest, so no map outlives this.
-        host = {k: v if k.startswith("buffer/") else np.array(v) for k, v in host.items()}
-
-        def group(prefix):
-            return {k[len(prefix):]: v for k, v in host.items() if k.startswith(prefix)}
-
-        if group("buffer/"):  # a finished run's final checkpoint may hold none: see save
-            try:
-                self.buffer.load_state_dict({**group("buffer/"), **meta["buffer_scalars"]})
-            except ValueError as e:
-                raise CannotResume(f"the checkpoint's replay buffer does not fit this run: {e}") \
-                    from None
-        elif meta["env_step"] < self.cfg.max_steps:
-            raise CannotResume(f"the checkpoint at env step {meta['env_step']} is a finished "
-                               "run's final one, saved without its replay buffer "
-                               "(--keep_final_buffer=false), so the run cannot train on from "
-                               f"it to --max_steps={self.cfg.max_steps}")
-        elif self.cfg.keep_final_buffer:
-            print(f"warning: the final checkpoint at env step {meta['env_step']} was written "
-                  "without its replay buffer, which --keep_final_buffer cannot bring back",
-                  file=sys.stderr)
-        self.env.set_rng_state(group("env_rng/"))
-        obs = host["obs"]
-        if meta["env_step"] < self.cfg.max_steps:  # the last one may be mid-episode: see save
-            obs = self.env.reset()
-            if not np.array_equal(obs, host["obs"]):
-                raise CannotResume("the restored env does not reproduce the checkpoint's "
-                                   "observation; the checkpoint does not belong to this env")
-        self.eval_env.set_rng_state(group("eval_env_rng/"))
-        self.random_actions.bit_generator.state = meta["random_actions"]
-        self.files.truncate_to(meta["offsets"])
-        self.last_checkpoint = meta["env_step"]
-        self.loss_warnings = {name: first for name, first in read_loss_warnings(self.cfg.run_dir)
-                              .items() if first.get("env_step", 0) <= meta["env_step"]}
-        return Loop(
-            env_step=meta["env_step"],
-            states=device["states"],
-            keys=device["keys"],
-            obs=obs,
-            actions=host["actions"],
-            metric_sums=device["metric_sums"],
-            metric_count=meta["metric_count"],
-            wall_time=meta["wall_time"],
-            env_rng=group("env_rng/"),
-        )
 
     def start(self) -> Loop:
         """A fresh loop, or the one resumed from the newest good checkpoint."""

@@ -15,7 +15,7 @@ import pytest
 from agents import make_agent
 from agents.bro import BROConfig
 from agents.sac import SACConfig
-from experiment import resources, train
+from experiment import resources, step_fns
 from experiment.config import (
     ConfigError,
     TrainConfig,
@@ -283,7 +283,7 @@ def test_an_allocation_that_fails_while_training_is_one_line_naming_what_sets_it
 @pytest.mark.slow
 def test_the_state_size_check_counts_every_byte_and_refuses_only_past_the_memory(monkeypatch):
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(8, 8)))
-    init_fn, keys = train.seed_init(agent, range(3), 5, 2)
+    init_fn, keys = step_fns.seed_init(agent, range(3), 5, 2)
     state = init_fn(keys)
     assert resources.device_memory_bytes(jax.devices("cpu")[0]) > 2**28  # the host's memory
     need = sum(leaf.nbytes if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
@@ -302,7 +302,7 @@ def test_the_state_size_check_counts_every_byte_and_refuses_only_past_the_memory
 def test_the_seeds_keys_are_each_seeds_own_key_from_one_call():
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(8, 8)))
     seeds = [0, 1, 2**31 - 1, 2**31, 2**32 - 1]
-    _, keys = train.seed_init(agent, seeds, 5, 2)
+    _, keys = step_fns.seed_init(agent, seeds, 5, 2)
     expected = [jax.random.key_data(jax.random.key(s)) for s in seeds]
     assert jax.random.key_data(keys).tolist() == [k.tolist() for k in expected]
 
@@ -318,7 +318,7 @@ def test_the_memory_check_counts_buffer_envs_states_and_process_before_building_
                       buffer_capacity=100_000)
     env = make_env(cfg.env, 0)
     physics = env.env.physics
-    init_fn, keys = train.seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim)
+    init_fn, keys = step_fns.seed_init(agent, cfg.seeds, env.obs_dim, env.act_dim)
     states = resources.tree_nbytes(jax.eval_shape(init_fn, keys))
     slot = 5 * 4 + 1 * 4 + 4 + 1 + 1 + 4  # obs, action, reward, 2 flags, final ordinal
     need_envs = 2 * 3 * (physics.model.nbuffer + physics.data.nbuffer)

@@ -24,7 +24,7 @@ from envs import (
     suggest,
 )
 from envs.names import dm_suite
-from experiment.train import evaluate
+from experiment.step_fns import evaluate
 
 CHEAP = ["cartpole-swingup", "pendulum-swingup", "point_mass-easy", "cheetah-run"]
 

@@ -11,10 +11,10 @@ import pytest
 from continual import entry as continual_entry
 from experiment import protocol, runner
 from experiment.dashboards import DashboardError
+from experiment.divergence import Diverged as RLDiverged
 from experiment.resources import TooLargeForMemory
 from experiment.rundir.lock import EXIT_IN_USE, EXIT_STOPPED, RunDirInUse
 from experiment.rundir.record import CannotResume
-from experiment.train import Diverged as RLDiverged
 from experiment.train import Stopped as RLStopped
 from experiment.train import UnevenEpisodes
 

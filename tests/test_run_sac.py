@@ -16,8 +16,9 @@ import agents
 from agents import make_agent, sac
 from agents.sac import SACConfig
 from envs import make_vector_env
-from experiment import train
+from experiment import divergence, train
 from experiment.config import TrainConfig
+from experiment.rundir.record import CannotResume
 from tests.helpers.runs import FAST_SAC, REPO, read_csv, run
 from tests.helpers.trees import assert_bit_identical
 
@@ -436,7 +437,7 @@ def test_a_final_checkpoint_keeps_the_buffer_only_when_asked(tmp_path):
         if keep:
             assert longer.start().env_step == 250 and len(longer.buffer) == 250
         else:
-            with pytest.raises(train.CannotResume, match="saved without its replay buffer"):
+            with pytest.raises(CannotResume, match="saved without its replay buffer"):
                 longer.start()
 
 
@@ -475,14 +476,14 @@ def test_an_intervention_that_leaves_nan_weights_is_a_divergence(tmp_path):
         return states.replace(actor=states.actor.replace(params=nan)), rows
 
     trainer.intervention = trainer.intervention._replace(apply=poisoned)
-    with pytest.raises(train.Diverged, match="at env step 30 for seed 0"):
+    with pytest.raises(divergence.Diverged, match="at env step 30 for seed 0"):
         trainer.run()
     assert json.loads((tmp_path / "sac" / "cartpole-swingup" / "clip-utd1-seed0" /
                        "diverged.json").read_text())["env_step"] == 30
 
 
 def test_a_loss_past_the_limit_is_warned_about_once_and_recorded(tmp_path, capsys):
-    """A finite loss past train.LOSS_LIMIT (growing without bound) gives one warning line per
+    """A finite loss past divergence.LOSS_LIMIT (growing without bound) gives one warning line per
     loss and its first crossing in loss_warnings.json; other metrics (Q) and NaN or inf
     values (a divergence, which stops the run) are not its business."""
     agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))

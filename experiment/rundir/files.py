@@ -21,7 +21,8 @@ CSV_HEADERS = {
 
 DIVERGED = "diverged.json"
 
-LOSS_WARNINGS = "loss_warnings.json"  # losses past experiment.train.LOSS_LIMIT, first crossings
+# Losses past experiment.divergence.LOSS_LIMIT, first crossings.
+LOSS_WARNINGS = "loss_warnings.json"
 
 
 def done_problem(path: str) -> str | None:
