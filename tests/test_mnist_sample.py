@@ -21,7 +21,8 @@ from continual.data import (
     load_mnist,
     mnist_files_present,
 )
-from continual.loop import data_line, data_record, refuse_other_data
+from continual.resume import refuse_other_data
+from continual.source import data_line, data_record
 from continual.tasks import BENCHMARKS
 from experiment.config import ConfigError
 from tests.helpers.continual_files import write_idx, write_mnist

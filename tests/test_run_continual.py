@@ -19,7 +19,9 @@ import pytest
 
 from continual import config as continual_config
 from continual.config import CONTINUAL_DEFAULTS
-from continual.loop import learner_config, load_source, resume_state
+from continual.loop import learner_config
+from continual.resume import resume_state
+from continual.source import load_source
 from continual.tasks import BENCHMARKS
 from experiment.config import ConfigError
 from tests.helpers.continual_files import write_cifar, write_imagenet32, write_mnist
