@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from agents import bro, sac
+from agents import bro, bro_state, sac
 
 
 class Agent(NamedTuple):
@@ -61,7 +61,7 @@ def _sac(config: "sac.SACConfig", hooks=None) -> Agent:
     )
 
 
-def _bro(config: "bro.BROConfig", hooks=None) -> Agent:
+def _bro(config: "bro_state.BROConfig", hooks=None) -> Agent:
     networks = {"actor": "actor.params", "optimistic_actor": "optimistic_actor.params",
                 "critic": "critic.params", "target_critic": "target_critic_params"}
     return Agent(
@@ -105,9 +105,10 @@ AGENTS: dict[str, Registered] = {
     "sac": Registered(sac.SACConfig, _sac, {"utd": 1, "batch_size": 256, "start_steps": 10_000,
                                             "intervention": "none",
                                             "intervention_every": sac.RESET_EVERY}),
-    "bro": Registered(bro.BROConfig, _bro, {"utd": 10, "batch_size": 128, "start_steps": 2_500,
-                                            "eval_every": 25_000, "intervention": "reset"},
-                      reset_steps=bro.reset_steps),
+    "bro": Registered(bro_state.BROConfig, _bro,
+                      {"utd": 10, "batch_size": 128, "start_steps": 2_500, "eval_every": 25_000,
+                       "intervention": "reset"},
+                      reset_steps=bro_state.reset_steps),
 }
 
 

@@ -18,13 +18,13 @@ startup.begin()  # before JAX: XLA's options, a Ctrl-C held while the libraries 
 # isort: split
 from absl import app, flags
 
-from agents import bro
+from agents import bro, bro_state
 from envs import make_env
 from experiment import cli, runner
 from experiment.cli import define_dataclass_flags, define_flags
 from experiment.config import BRO_DEFAULTS
 
-_DEFAULT = bro.BROConfig()
+_DEFAULT = bro_state.BROConfig()
 _HELP = {
     "critic_width": "Width of each critic BroNet.",
     "critic_depth": "Residual blocks of each critic BroNet.",
@@ -68,12 +68,12 @@ flags.adopt_module_key_flags(cli)  # the shared flags show in --help
 define_dataclass_flags(_DEFAULT, _HELP)
 
 
-def agent_config() -> bro.BROConfig:
+def agent_config() -> bro_state.BROConfig:
     """The BROConfig of the flags; prints each network's parameter count for this env."""
     f = flags.FLAGS
     try:
-        config = bro.BROConfig(**{name: f[name].value for name in _HELP},
-                               batch_size=f.batch_size)
+        config = bro_state.BROConfig(**{name: f[name].value for name in _HELP},
+                                     batch_size=f.batch_size)
     except ValueError as e:
         raise runner.ConfigError(f"--{e}") from None
     env = make_env(f.env, f.seed, f.action_repeat)

@@ -13,7 +13,7 @@ import jax
 import pytest
 
 from agents import make_agent
-from agents.bro import BROConfig
+from agents.bro_state import BROConfig
 from agents.sac import SACConfig
 from experiment import resources, step_fns
 from experiment.config import (

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents import bro, make_agent
+from agents import bro, bro_state, make_agent
 from interventions import replace_parts
 from networks import tanh_gaussian_log_prob
 from tests.helpers import batches
@@ -22,7 +22,7 @@ from tests.helpers.trees import numeric_leaves
 
 OBS, ACT = 5, 3
 SMALL = dataclasses.replace(
-    bro.BROConfig(), critic_width=32, actor_width=16, optimistic_width=16, num_quantiles=10
+    bro_state.BROConfig(), critic_width=32, actor_width=16, optimistic_width=16, num_quantiles=10
 )
 
 
@@ -231,7 +231,7 @@ def test_reset_restores_every_part_bit_identically(init, update):
         trained, _ = update(trained, random_batch(jax.random.key(10 + i)))
     reset = replace_parts(trained, init(key), agent.reset_parts)
     kept = {"rng", "step", "target_entropy"}
-    for field in dataclasses.fields(bro.BROState):
+    for field in dataclasses.fields(bro_state.BROState):
         name = field.name
         before, after = getattr(initial, name), getattr(reset, name)
         same = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)),
@@ -276,7 +276,7 @@ def bronet_count(inputs, width, depth):
 
 @pytest.mark.parametrize("obs_dim, act_dim", [(67, 21), (223, 38)], ids=["humanoid", "dog"])
 def test_param_counts_match_the_architecture(obs_dim, act_dim):
-    counts = bro.param_counts(obs_dim, act_dim, bro.BROConfig())
+    counts = bro.param_counts(obs_dim, act_dim, bro_state.BROConfig())
     critic = 2 * (bronet_count(obs_dim + act_dim, 512, 2) + 512 * 100 + 100)
     actor = bronet_count(obs_dim, 256, 1) + 2 * (256 * act_dim + act_dim)
     optimistic = bronet_count(obs_dim + act_dim, 256, 1) + 256 * act_dim
@@ -284,7 +284,7 @@ def test_param_counts_match_the_architecture(obs_dim, act_dim):
 
 
 def test_default_config_matches_spec():
-    config = bro.BROConfig()
+    config = bro_state.BROConfig()
     state = jax.eval_shape(lambda k: bro.init(k, 67, 21, config), jax.random.key(0))
     critic = state.critic.params["net"]
     assert critic["BroNet_0"]["Dense_0"]["kernel"].shape == (2, 88, 512)
@@ -300,7 +300,7 @@ def test_default_config_matches_spec():
 
 def test_config_rejects_what_cannot_work():
     with pytest.raises(ValueError, match="critic_depth must be >= 0"):
-        bro.BROConfig(critic_depth=-1)
+        bro_state.BROConfig(critic_depth=-1)
     for bad, message in [(dict(kappa=0.0), "kappa must be positive"),
                          (dict(init_temperature=-1.0), "init_temperature must be positive"),
                          (dict(std_multiplier=0.0), "std_multiplier must be positive"),
@@ -324,13 +324,13 @@ def test_config_rejects_what_cannot_work():
                          (dict(log_std_min=-81.0), "-80 <= min < max <= 80"),
                          (dict(log_std_min=5.0), "-80 <= min < max <= 80")]:
         with pytest.raises(ValueError, match=message):
-            bro.BROConfig(**bad)
+            bro_state.BROConfig(**bad)
     with pytest.raises(ValueError, match="init_kl_weight must lie strictly inside"):
-        bro.BROConfig(init_kl_weight=0.0)
+        bro_state.BROConfig(init_kl_weight=0.0)
     # the edges that still work
-    bro.BROConfig(pessimism=0.0, shift_init_scale=0.0, kappa=1e-30, weight_decay=3000.0,
-                  init_temperature=1e-30, target_entropy_scale=-0.69, log_std_min=-80.0,
-                  log_std_max=80.0)
+    bro_state.BROConfig(pessimism=0.0, shift_init_scale=0.0, kappa=1e-30, weight_decay=3000.0,
+                        init_temperature=1e-30, target_entropy_scale=-0.69, log_std_min=-80.0,
+                        log_std_max=80.0)
 
 
 # run_bro.py end to end
@@ -460,16 +460,17 @@ def test_init_scale_sets_every_kernel_but_the_log_std_and_shift_heads():
 
 
 def test_bro_reset_steps():
-    assert bro.reset_steps(1_000_000, utd=10) == (15001, 50001, 250001, 500001, 750001)
-    assert bro.reset_steps(3_000_000, utd=10) == bro.RESET_STEPS
-    assert bro.reset_steps(1_600_000, utd=10)[-2:] == (1000001, 1500001)
-    assert bro.reset_steps(1_000_000, utd=2) == (15001,)
-    assert bro.reset_steps(15001, utd=10) == ()
-    assert bro.reset_steps(15002, utd=1) == (15001,)
-    assert bro.RESET_STEPS == (15001, 50001, 250001, 500001, 750001, 1000001, 1500001, 2000001)
+    assert bro_state.reset_steps(1_000_000, utd=10) == (15001, 50001, 250001, 500001, 750001)
+    assert bro_state.reset_steps(3_000_000, utd=10) == bro_state.RESET_STEPS
+    assert bro_state.reset_steps(1_600_000, utd=10)[-2:] == (1000001, 1500001)
+    assert bro_state.reset_steps(1_000_000, utd=2) == (15001,)
+    assert bro_state.reset_steps(15001, utd=10) == ()
+    assert bro_state.reset_steps(15002, utd=1) == (15001,)
+    assert bro_state.RESET_STEPS == (15001, 50001, 250001, 500001, 750001, 1000001, 1500001,
+                                     2000001)
 
 
 @pytest.mark.parametrize("max_steps, utd", [(0, 10), (1000, 0), (1000, 2.0), (True, 10)])
 def test_bro_reset_steps_validates(max_steps, utd):
     with pytest.raises(ValueError, match="positive int"):
-        bro.reset_steps(max_steps, utd)
+        bro_state.reset_steps(max_steps, utd)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agents import make_agent
-from agents.bro import BROConfig
+from agents.bro_state import BROConfig
 from agents.sac import SACConfig
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agents import make_agent
-from agents.bro import BROConfig
+from agents.bro_state import BROConfig
 from agents.sac import SACConfig
 from interventions import EventContext, get_part, optimizer_owners, set_part
 from interventions.methods import layer_reset

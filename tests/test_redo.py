@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from agents import make_agent
-from agents.bro import BROConfig
+from agents.bro_state import BROConfig
 from agents.sac import SACConfig
 from interventions import EventContext, get_part, set_part, units
 from interventions.methods import redo

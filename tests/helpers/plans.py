@@ -5,13 +5,13 @@ import dataclasses
 
 import jax
 
-from agents import bro, make_agent, sac
+from agents import bro_state, make_agent, sac
 from experiment.config import TrainConfig
 from experiment.events import intervention_plan, with_hooks
 
 OBS, ACT = 5, 2
 TINY = {"sac": dataclasses.replace(sac.SACConfig(), hidden_dims=(16, 16)),
-        "bro": dataclasses.replace(bro.BROConfig(), critic_width=16, critic_depth=1,
+        "bro": dataclasses.replace(bro_state.BROConfig(), critic_width=16, critic_depth=1,
                                    actor_width=8, actor_depth=1, optimistic_width=8,
                                    optimistic_depth=0, num_quantiles=5)}
 
