@@ -24,6 +24,7 @@ from experiment.config import (
     MAX_SEEDS,
     RESUME_MODES,
     ConfigError,
+    RunSettings,
     check_interventions,
     check_read_when,
     validate_dashboards,
@@ -47,7 +48,7 @@ SUPERVISED_SETTINGS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class _ContinualConfig:
+class _ContinualConfig(RunSettings):
     """Everything a continual run needs; 0 for a protocol number means the benchmark's."""
 
     task: str = "random_label_digits"
@@ -90,24 +91,12 @@ class _ContinualConfig:
         return BENCHMARKS[self.task]
 
     @property
-    def seeds(self) -> list[int]:
-        return list(range(self.seed, self.seed + self.num_seeds))
-
-    @property
     def name(self) -> str:
         return self.run_name or f"{self.intervention}-seed{self.seed}"
 
     @property
     def run_dir(self) -> str:
         return os.path.join(self.logdir, "continual", self.task, self.name)
-
-    @property
-    def method_settings(self) -> dict:
-        return {flag: getattr(self, flag) for flag in registry.all_settings()}
-
-    @property
-    def event(self) -> "registry.Method | None":
-        return registry.event_of(self.intervention)
 
 
 ContinualConfig = with_method_settings(_ContinualConfig)

@@ -10,9 +10,12 @@ from envs import UnknownEnvError, check_env_name, make_env
 from envs.envpool_backend import EnvBackendError
 from experiment import entry, protocol
 from experiment.cli import config_from_flags, one_line_flag_parser
-from experiment.config import (
-    ConfigError,
-    TrainConfig,
+from experiment.config import ConfigError, TrainConfig
+from experiment.resources import TooLargeForMemory, check_fits
+from experiment.rundir.claim import check_writable
+from experiment.rundir.lock import check_not_in_use
+from experiment.rundir.resume import checkpoint_dirs
+from experiment.setting_warnings import (
     dashboards_warning,
     diagnostics_warning,
     early_warning,
@@ -20,10 +23,6 @@ from experiment.config import (
     seed_warning,
     unused_flags_warning,
 )
-from experiment.resources import TooLargeForMemory, check_fits
-from experiment.rundir.claim import check_writable
-from experiment.rundir.lock import check_not_in_use
-from experiment.rundir.resume import checkpoint_dirs
 from experiment.step_fns import seed_init
 from experiment.train import UnevenEpisodes
 

@@ -28,9 +28,9 @@ from continual.data import DataError
 from experiment import cli as launch_cli
 from experiment import protocol
 from experiment.cli import one_line_flag_parser
-from experiment.config import dashboards_warning
 from experiment.dashboards import check_installed
 from experiment.rundir.lock import check_not_in_use
+from experiment.setting_warnings import dashboards_warning
 
 continual_config.define_flags()
 flags.adopt_module_key_flags(continual_config)  # its flags and the methods' show in --help

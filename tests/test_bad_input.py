@@ -16,18 +16,17 @@ from agents import make_agent
 from agents.bro_state import BROConfig
 from agents.sac import SACConfig
 from experiment import resources, step_fns
-from experiment.config import (
-    ConfigError,
-    TrainConfig,
+from experiment.config import ConfigError, TrainConfig
+from experiment.rundir.lock import lock_run_dir
+from experiment.rundir.record import config_record, write_json
+from experiment.rundir.resume import resume_state
+from experiment.setting_warnings import (
     diagnostics_warning,
     early_warning,
     schedule_warning,
     seed_warning,
     unused_flags_warning,
 )
-from experiment.rundir.lock import lock_run_dir
-from experiment.rundir.record import config_record, write_json
-from experiment.rundir.resume import resume_state
 from tests.helpers.runs import FAST_SAC, REPO, run, script
 
 CASES = {
