@@ -36,6 +36,20 @@ flags.DEFINE_list("methods_from", [], "Modules of methods from outside this pack
                   "interventions.Method) or METHODS; then --intervention takes them.")
 
 
+# Help texts of the hyperparameters SAC and BRO share (their agents' configs name them alike).
+SAC_FAMILY_HELP = {
+    "discount": "Discount factor.",
+    "tau": "Target critic Polyak rate per gradient step.",
+    "init_temperature": "Initial temperature.",
+    "target_entropy_scale": "Target entropy is -scale * action_dim.",
+    "log_std_min": "Lower bound of the actor's log-std.",
+    "log_std_max": "Upper bound of the actor's log-std.",
+}
+FLAX_LAYERS_HELP = ("flax.linen's own Dense and LayerNorm instead of this project's (the same "
+                    "parameters and forward pass, plain gradients): forward-mode autodiff "
+                    "(jax.jvp, jax.jacfwd) works; the update is slower on a CPU.")
+
+
 def one_line_flag_parser(prefix: str = "error: "):
     """absl's flag parser for `app.run(..., flags_parser=...)`, but a bad or unknown flag is
     one line on stderr (`prefix` and absl's message) and exit code 2, and --help exits 0."""

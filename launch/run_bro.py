@@ -50,17 +50,10 @@ _HELP = {
     "init_kl_weight": "Initial KL weight lambda_KL.",
     "target_kl": "Target KL(optimistic || conservative) per action dimension.",
     "pessimism": "beta_pess of the critic target and the conservative actor (0: mean of critics).",
-    "discount": "Discount factor.",
-    "tau": "Target critic Polyak rate per gradient step.",
-    "init_temperature": "Initial temperature.",
-    "target_entropy_scale": "Target entropy is -scale * action_dim.",
-    "log_std_min": "Lower bound of the actor's log-std.",
-    "log_std_max": "Upper bound of the actor's log-std.",
+    **cli.SAC_FAMILY_HELP,
     "scalar_log_min": "beta_opt and lambda_KL stay above e^scalar_log_min.",
     "scalar_log_max": "beta_opt and lambda_KL stay below e^scalar_log_max.",
-    "flax_layers": "flax.linen's own Dense and LayerNorm instead of this project's (the same "
-                   "parameters and forward pass, plain gradients): forward-mode autodiff (jax.jvp, "
-                   "jax.jacfwd) works; the update is slower on a CPU.",
+    "flax_layers": cli.FLAX_LAYERS_HELP,
 }
 
 define_flags(BRO_DEFAULTS)

@@ -31,15 +31,8 @@ _HELP = {  # SACConfig's fields with a flag of their own (hidden_dims: --hidden_
     "actor_lr": "Adam learning rate of the actor.",
     "critic_lr": "Adam learning rate of the critics.",
     "temp_lr": "Adam learning rate of the temperature.",
-    "discount": "Discount factor.",
-    "tau": "Target critic Polyak rate per gradient step.",
-    "init_temperature": "Initial temperature.",
-    "target_entropy_scale": "Target entropy is -scale * action_dim.",
-    "log_std_min": "Lower bound of the actor's log-std.",
-    "log_std_max": "Upper bound of the actor's log-std.",
-    "flax_layers": "flax.linen's own Dense and LayerNorm instead of this project's (the same "
-                   "parameters and forward pass, plain gradients): forward-mode autodiff (jax.jvp, "
-                   "jax.jacfwd) works; the update is slower on a CPU.",
+    **cli.SAC_FAMILY_HELP,
+    "flax_layers": cli.FLAX_LAYERS_HELP,
 }
 
 define_flags(SAC_DEFAULTS)
