@@ -19,8 +19,8 @@ from replay import device as device_replay
 class DeviceReplayTrainer(Trainer):
     """`Trainer` with a `DeviceReplayBuffer` and an update that samples it on the device."""
 
-    def __init__(self, agent, cfg):
-        super().__init__(agent, cfg)
+    def __init__(self, agent, cfg, plan=None):
+        super().__init__(agent, cfg, plan)
         batch, utd = cfg.batch_size, cfg.utd
 
         def update_step(states, replay, slots, keys, metric_sums):

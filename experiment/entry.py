@@ -27,10 +27,12 @@ from experiment.rundir.claim import claim
 from experiment.rundir.record import config_record
 from experiment.rundir.resume import resume_state
 from experiment.train import Trainer, make_trainer
+from interventions import Plan
 
 
 class Prepared(NamedTuple):
     agent: Agent
+    plan: Plan  # the run's interventions, their parts checked against the agent's state
     record: dict  # config.json's
 
 
@@ -44,8 +46,8 @@ def prepare(cfg: TrainConfig, agent_config: Any = None) -> Prepared:
     if cfg.env_backend == "envpool":
         check_task(cfg.env, cfg.seed + cfg.num_seeds - 1 + cfg.eval_seed_offset)
     agent = make_agent(cfg.agent, agent_config)
-    intervention_plan(agent, cfg)  # its parts: an error here, before anything compiles
-    return Prepared(agent, config_record(cfg, agent.config))
+    plan = intervention_plan(agent, cfg)  # its parts: an error here, before anything compiles
+    return Prepared(agent, plan, config_record(cfg, agent.config))
 
 
 def state(cfg: TrainConfig, prepared: Prepared) -> str:
@@ -70,7 +72,7 @@ def train(cfg: TrainConfig, agent_config: Any = None, prepared: Prepared | None 
     if held == "done":
         return cfg.run_dir
     try:
-        trainer: Trainer = make_trainer(prepared.agent, cfg)
+        trainer: Trainer = make_trainer(prepared.agent, cfg, prepared.plan)
         trainer.stop = stop or trainer.stop
         trainer.run()
     finally:

@@ -40,6 +40,7 @@ from experiment.step_fns import (
     to_batch,
     zero_metrics,
 )
+from interventions import Plan
 from learners.batch import Batch
 from replay import ReplayBuffer
 
@@ -57,14 +58,15 @@ class UnevenEpisodes(RuntimeError):
     """Some seeds' episodes ended (terminated early) while others went on."""
 
 
-def make_trainer(agent: Agent, cfg: TrainConfig) -> "Trainer":
+def make_trainer(agent: Agent, cfg: TrainConfig, plan: Plan | None = None) -> "Trainer":
     """The trainer `cfg` asks for: replay in host memory, or on the device
-    (`experiment.device_loop.DeviceReplayTrainer`, imported only then)."""
+    (`experiment.device_loop.DeviceReplayTrainer`, imported only then). `plan`: the run's
+    interventions as already built and checked (experiment.entry.prepare); None: built here."""
     if cfg.replay_on_device:
         from experiment.device_loop import DeviceReplayTrainer
 
-        return DeviceReplayTrainer(agent, cfg)
-    return Trainer(agent, cfg)
+        return DeviceReplayTrainer(agent, cfg, plan)
+    return Trainer(agent, cfg, plan)
 
 
 class Stopped(protocol.Stopped):
@@ -82,8 +84,8 @@ class Trainer(LoopCheckpoints, DivergenceChecks):
     (`save`, `restore`: experiment/loop_checkpoint.py) and divergence checks
     (experiment/divergence.py) come from its bases."""
 
-    def __init__(self, agent: Agent, cfg: TrainConfig):
-        self.plan = intervention_plan(agent, cfg)
+    def __init__(self, agent: Agent, cfg: TrainConfig, plan: Plan | None = None):
+        self.plan = plan if plan is not None else intervention_plan(agent, cfg)
         agent = with_hooks(agent, self.plan)
         self.agent, self.cfg = agent, cfg
         seeds = cfg.seeds
