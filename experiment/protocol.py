@@ -241,5 +241,5 @@ def too_large(error: TooLargeForMemory, cfg: Any) -> str:
 
 def same_command(cfg: Any) -> str:
     """How to relaunch a run that holds checkpoints: --resume=never refuses that."""
-    return ("the same command with --resume=auto" if getattr(cfg, "resume", "auto") == "never"
+    return ("the same command with --resume=auto" if cfg.resume == "never"
             else "the same command")
