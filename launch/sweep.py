@@ -42,27 +42,19 @@ from sweeps.grid import (
     make_grid,
 )
 from sweeps.jobspec import DEFAULT_SCRIPT_DIR, JobSpec
-from sweeps.run_flags import GRID_KEYS, TRAIN_FLAGS, SweepError, split_extra
-from sweeps.state import SweepPaths, read_json, sweep_lock
-from sweeps.stop import stop
-from sweeps.submit import (
-    EXECUTORS,
-    ExecutorOptions,
+from sweeps.preflight import (
     check_flags,
     check_run_dirs,
     check_unfinished_launches,
-    collect,
-    launch,
     launch_conflict,
-    machine_parallel,
     other_code_warning,
-    recorded_jobs,
     run_dir_conflict,
-    select,
-    status_line,
-    summary,
-    watch,
 )
+from sweeps.progress import collect, recorded_jobs, status_line, summary, watch
+from sweeps.run_flags import GRID_KEYS, TRAIN_FLAGS, SweepError, split_extra
+from sweeps.state import SweepPaths, read_json, sweep_lock
+from sweeps.stop import stop
+from sweeps.submit import EXECUTORS, ExecutorOptions, launch, machine_parallel, select
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("agent", "sac", list(AGENTS), "Agent: its run script is launch/run_<agent>.py "

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from experiment.rundir.code import CODE, UNKNOWN
-from sweeps import submit
+from sweeps import progress, submit
 from sweeps.jobspec import JobSpec
 from sweeps.run_flags import SweepError
 from sweeps.state import SweepPaths, read_json
@@ -454,8 +454,8 @@ def test_workers_that_fail_to_start(tmp_path, monkeypatch, started):
             record = read_json(paths.record(spec.key))
             assert record["state"] == "interrupted"
             assert record["detail"] == "submission failed: Resource temporarily unavailable"
-        statuses = submit.collect(paths, [spec.key for spec in specs])
-        line = submit.status_line(specs[0].key, statuses[specs[0].key], paths)
+        statuses = progress.collect(paths, [spec.key for spec in specs])
+        line = progress.status_line(specs[0].key, statuses[specs[0].key], paths)
         assert line.startswith("interrupted") and "[log:" not in line  # it never wrote one
     else:
         launch_id = submit.launch(specs, paths, options)

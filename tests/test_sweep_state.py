@@ -16,9 +16,17 @@ import pytest
 
 from experiment import ctrl_c
 from experiment.rundir.record import write_json
-from sweeps import submit
+from sweeps import preflight, progress
 from sweeps.job import last_line
 from sweeps.jobspec import JobSpec
+from sweeps.preflight import (
+    _MISSING,
+    check_run_dirs,
+    check_unfinished_launches,
+    recorded_setting,
+    same_setting,
+)
+from sweeps.progress import collect, recorded_jobs
 from sweeps.run_flags import SweepError
 from sweeps.state import (
     STALE_AFTER_S,
@@ -32,15 +40,6 @@ from sweeps.state import (
     update_record,
 )
 from sweeps.stop import stop
-from sweeps.submit import (
-    _MISSING,
-    check_run_dirs,
-    check_unfinished_launches,
-    collect,
-    recorded_jobs,
-    recorded_setting,
-    same_setting,
-)
 
 
 @pytest.fixture(scope="module")
@@ -302,12 +301,12 @@ def test_each_kind_of_job_is_dry_run_once_with_its_highest_seeds(monkeypatch):
         def poll(self):
             return 0
 
-    monkeypatch.setattr(submit.subprocess, "Popen", Finished)
+    monkeypatch.setattr(preflight.subprocess, "Popen", Finished)
     specs = [JobSpec("sac", env, intervention, 1, seed, 1, extra=("--clip_c=2",))
              for env in ("cheetah-run", "walker-run") for intervention in ("none", "clip")
              for seed in range(3)]
     shown = []
-    submit.check_flags(specs, "/logs", emit=shown.append)
+    preflight.check_flags(specs, "/logs", emit=shown.append)
     assert len(started) == 2  # none and clip; envs and seeds share a check
     for argv, intervention in zip(started, ("none", "clip"), strict=True):
         assert argv[2] == "--dry_run" and argv[-1] == "--clip_c=2"  # before the extra flags
@@ -328,9 +327,10 @@ def test_a_dry_run_refused_only_because_its_run_is_in_use_passes(monkeypatch):
         def poll(self):
             return 75
 
-    monkeypatch.setattr(submit.subprocess, "Popen", InUse)
+    monkeypatch.setattr(preflight.subprocess, "Popen", InUse)
     shown = []
-    submit.check_flags([JobSpec("sac", "cheetah-run", "none", 1, 0, 1)], "/logs", emit=shown.append)
+    preflight.check_flags([JobSpec("sac", "cheetah-run", "none", 1, 0, 1)], "/logs",
+                          emit=shown.append)
     assert shown[1].startswith("sac/cheetah-run/none-utd1-seed0: error: /logs/x is being trained "
                                "by pid 7") and "the next launch of the sweep reruns it" in shown[1]
 
@@ -339,10 +339,10 @@ def test_following_the_jobs_raises_a_ctrl_c_that_python_dropped(monkeypatch):
     """As the training loop does (experiment/ctrl_c.py): the sweep then stops following."""
     key = "sac/cheetah-run/none-utd1-seed0"
     polls = iter([Status("running", "", {}), Status("done", "", {})])
-    monkeypatch.setattr(submit, "collect", lambda paths, keys: {key: next(polls)})
+    monkeypatch.setattr(progress, "collect", lambda paths, keys: {key: next(polls)})
     monkeypatch.setattr(ctrl_c, "_pending", True)
     with pytest.raises(KeyboardInterrupt):
-        submit.watch(None, [key], poll_s=0.0, emit=lambda line: None)
+        progress.watch(None, [key], poll_s=0.0, emit=lambda line: None)
     assert ctrl_c._pending is False
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import submit
+from sweeps import preflight, progress
 from sweeps.axes import event_settings, vary_keys
 from sweeps.grid import check_seed_overlap, expand, load_grid_file, make_grid
 from sweeps.jobspec import JobSpec, job_flags
@@ -264,11 +264,11 @@ def test_a_run_dir_of_other_varied_settings_and_launches_of_them_are_refused(tmp
         {"task": TASK, "intervention": "clip", "seed": 0, "num_seeds": 1,
          "clip_sides": "both"}))
     done = Status("done", "", {"spec": job.to_dict()})
-    assert "clip_sides: 'both' there, 'upper' now" in submit.run_dir_conflict(
+    assert "clip_sides: 'both' there, 'upper' now" in preflight.run_dir_conflict(
         job, done, str(tmp_path), launching=False)
     other = JobSpec.from_dict({**job.to_dict(), "settings": [["clip_sides", "lower"]]})
     running = Status("running", "", {"spec": other.to_dict()})
-    assert "--clip_sides=lower then, --clip_sides=upper now" in submit.launch_conflict(
+    assert "--clip_sides=lower then, --clip_sides=upper now" in preflight.launch_conflict(
         job, running)
 
 
@@ -287,10 +287,10 @@ def test_dry_runs_check_each_varied_setting(monkeypatch):
         def poll(self):
             return 0
 
-    monkeypatch.setattr(submit.subprocess, "Popen", Finished)
+    monkeypatch.setattr(preflight.subprocess, "Popen", Finished)
     grid = make_grid("continual", envs="permuted_digits,random_label_digits",
                      interventions="clip", vary=["clip_c=2,4"], seeds=2, seeds_per_job=1)
-    submit.check_flags(grid.jobs(), "/logs", emit=lambda line: None)
+    preflight.check_flags(grid.jobs(), "/logs", emit=lambda line: None)
     assert sorted(a for argv in started for a in argv if a.startswith("--clip_c=")) == [
         "--clip_c=2", "--clip_c=4"]
 
@@ -397,7 +397,7 @@ def test_recorded_jobs_with_varied_settings_and_older_ones_are_read_back(tmp_pat
     for key, spec in ((new.key, new.to_dict()), (f"continual/{TASK}/clip-c2-seed1", old)):
         update_record(paths.record(key), key=key, spec=spec, state="interrupted",
                       detail="stopped", launch="L")
-    assert sorted(j.key for j in submit.recorded_jobs(paths)) == [
+    assert sorted(j.key for j in progress.recorded_jobs(paths)) == [
         f"continual/{TASK}/clip-c2-seed1", f"continual/{TASK}/clip-c4-learning_rate=0.01-seed0"]
     proc = sweep(f"--logdir={tmp_path}", "--status", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
