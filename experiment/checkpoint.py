@@ -7,10 +7,8 @@ file offsets, buffer pointers, the numpy generator of the random actions). Orbax
 step to a temporary directory and renames it when complete, so a crash while saving leaves the
 previous checkpoint intact; the last `keep` are kept.
 
-The host arrays (a 1M-transition buffer is hundreds of MB per seed) go through `HostArrays`, a
-small orbax handler that streams each array to its own .npy file with a CRC-32: no copy of the
-buffer is made while saving, only its filled slots are written, and a truncated or corrupted
-file is detected on restore.
+The host arrays go through `HostArrays`, a small orbax handler that streams each array to its
+own .npy file with a CRC-32 (experiment/checkpoint_arrays.py).
 
 Every array is verified on restore: `meta` records a CRC-32 of each device array's bytes, and
 one of `meta` itself, written with the checkpoint (the host arrays carry theirs in their
@@ -18,140 +16,48 @@ index). A checkpoint whose bytes changed since (a flipped bit on disk, a file ed
 damaged like a truncated one: named, moved aside, and the one before it is restored, with one
 warning line: the reads orbax abandoned in the failed restore (coroutines, tensorstore's
 callbacks into its closed event loop) are dropped quietly, not reported as hundreds of lines of
-tracebacks (`quiet_abandoned_reads`).
+tracebacks (`quiet_abandoned_reads`, experiment/checkpoint_errors.py).
 """
 
 import contextlib
-import dataclasses
 import gc
 import json
-import logging
 import os
 import re
 import shutil
 import signal
 import sys
 import threading
-import zlib
-from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from experiment.checkpoint_arrays import (
+    HostArraysRestore,
+    HostArraysSave,
+    data_to_keys,
+    device_digests,
+    keys_to_data,
+    layout,
+    meta_digest,
+)
+from experiment.checkpoint_errors import (
+    IO_FAILURES,
+    _io_failure,
+    _reason,
+    _shortened,
+    quiet_abandoned_reads,
+)
 from experiment.rundir.record import CannotResume
-
-
-def _is_key(x: Any) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def keys_to_data(tree):
-    """Replace typed PRNG keys by their uint32 data (orbax stores plain arrays)."""
-    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
-
-
-def data_to_keys(tree, template):
-    """Inverse of `keys_to_data`, taking the key positions from `template`."""
-    return jax.tree.map(lambda x, t: jax.random.wrap_key_data(x) if _is_key(t) else x,
-                        tree, template)
-
-
-def _crc32(array: np.ndarray, crc: int = 0) -> int:
-    """CRC-32 of the array's bytes in C order, without copying it when it is a view of a
-    larger array (the replay buffer's filled slots): block by block along the first axis."""
-    if array.flags.c_contiguous:
-        return zlib.crc32(memoryview(array).cast("B"), crc)
-    for block in array:
-        crc = _crc32(np.asarray(block), crc)
-    return crc
-
-
-def array_crc32(array) -> int:
-    """CRC-32 of an array's bytes in C order, of any dtype (bfloat16, PRNG key data, 0-d)."""
-    return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
-
-
-def device_digests(tree) -> dict[str, int]:
-    """The CRC-32 of every leaf of a device tree (PRNG keys as their data), by leaf path."""
-    leaves = jax.tree_util.tree_flatten_with_path(jax.device_get(keys_to_data(tree)))[0]
-    return {jax.tree_util.keystr(path): array_crc32(np.asarray(x)) for path, x in leaves}
-
-
-def meta_digest(meta: dict) -> int:
-    """CRC-32 of `meta` (less its own digest) as canonical JSON: what the checkpoint's meta
-    item holds, read back, gives the same number."""
-    body = {k: v for k, v in meta.items() if k != "meta_crc32"}
-    return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 class DigestMismatch(ValueError):
     """A checkpoint's array or meta item whose bytes differ from those it was written with."""
 
 
-class HostArrays(ocp.CheckpointHandler):
-    """Numpy arrays, one .npy file each, written straight from their memory, with CRC-32s of
-    their data and, in the index, their dtypes and shapes."""
-
-    INDEX = "index.json"
-
-    def save(self, directory, args: "HostArraysSave") -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        index = {}
-        for i, (name, array) in enumerate(sorted(args.arrays.items())):
-            array = np.asarray(array)  # np.save writes a non-contiguous view in chunks
-            filename = f"{i}.npy"
-            with open(directory / filename, "wb") as f:
-                np.save(f, array, allow_pickle=False)
-                f.flush()
-                os.fsync(f.fileno())
-            index[name] = {"file": filename, "crc32": _crc32(array), "dtype": array.dtype.str,
-                           "shape": list(array.shape)}
-        (directory / self.INDEX).write_text(json.dumps(index))
-
-    def restore(self, directory, args: "HostArraysRestore | None" = None) -> dict:
-        index = json.loads((directory / self.INDEX).read_text())
-        out = {}
-        for name, entry in index.items():
-            # Mapped, not read into memory: the replay buffer copies its arrays into its own, so
-            # a resume holds the buffer once in memory (and in the page cache), not twice.
-            array = np.load(directory / entry["file"], mmap_mode="r", allow_pickle=False)
-            # The CRC-32 covers the data, the index the header (indexes written before it did
-            # record no dtype and shape)
-            written = (entry.get("dtype", array.dtype.str), entry.get("shape", list(array.shape)))
-            if (array.dtype.str, list(array.shape)) != written:
-                raise ValueError(f"{entry['file']} ({name}) holds a {array.dtype.str} array of "
-                                 f"shape {list(array.shape)}; {written[0]} of shape "
-                                 f"{written[1]} was written")
-            if _crc32(array) != entry["crc32"]:
-                raise ValueError(f"checksum mismatch in {entry['file']} ({name})")
-            out[name] = array
-        return out
-
-    def metadata(self, directory) -> None:
-        return None
-
-
-@ocp.args.register_with_handler(HostArrays, for_save=True)
-@dataclasses.dataclass
-class HostArraysSave(ocp.args.CheckpointArgs):
-    arrays: dict[str, np.ndarray]
-
-
-@ocp.args.register_with_handler(HostArrays, for_restore=True)
-@dataclasses.dataclass
-class HostArraysRestore(ocp.args.CheckpointArgs):
-    pass
-
-
 def _abstract(tree):
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
-
-
-def layout(tree) -> dict[str, list]:
-    """Every leaf's path, shape and dtype (PRNG keys as their data), as JSON for `meta`."""
-    leaves = jax.tree_util.tree_flatten_with_path(keys_to_data(tree))[0]
-    return {jax.tree_util.keystr(path): [list(x.shape), str(x.dtype)] for path, x in leaves}
 
 
 class CheckpointMismatch(CannotResume):
@@ -159,92 +65,8 @@ class CheckpointMismatch(CannotResume):
     (the code or its settings changed since it was written)."""
 
 
-# Status codes and messages of tensorstore errors that are I/O failures, not bugs.
-IO_FAILURES = ("RESOURCE_EXHAUSTED", "No space left", "PERMISSION_DENIED", "Input/output error")
-
-
-def _io_failure(error: Exception) -> bool:
-    """Whether a restore failed reading its files (I/O errors, permissions: try again later),
-    not on their contents (corrupt, truncated or missing files). Tensorstore reports the OS
-    error of a failed read as a ValueError with its os_error_code."""
-    if isinstance(error, OSError):
-        return not isinstance(error, FileNotFoundError)
-    text = str(error)
-    return isinstance(error, ValueError) and (
-        "os_error_code=" in text and "os_error_code='2'" not in text  # ENOENT: missing file
-        or any(code in text for code in IO_FAILURES))
-
-
 class CheckpointCorrupt(CannotResume):
     """No checkpoint in the directory could be restored."""
-
-
-ORBAX_SOURCE = os.path.dirname(ocp.__file__)  # where orbax's coroutines are defined
-
-
-def _orbax_coroutine(thing: Any) -> bool:
-    code = getattr(thing, "cr_code", None)
-    return code is not None and code.co_filename.startswith(ORBAX_SOURCE)
-
-
-def _closed_loop_callback(unraisable: Any) -> bool:
-    """asyncio's RuntimeError("Event loop is closed") from a call_soon_threadsafe that no Python
-    code called: tensorstore's thread finishing a read for an orbax restore that has ended."""
-    tb = unraisable.exc_traceback
-    return (unraisable.exc_type is RuntimeError and str(unraisable.exc_value) ==
-            "Event loop is closed" and tb is not None and
-            tb.tb_frame.f_code.co_name == "call_soon_threadsafe")
-
-
-def _not_an_orbax_task_exception(record: logging.LogRecord) -> bool:
-    """asyncio's logger, less "Task exception was never retrieved" of an orbax coroutine."""
-    message = record.getMessage()
-    return not (message.startswith("Task exception was never retrieved") and
-                ORBAX_SOURCE in message)
-
-
-def quiet_abandoned_reads() -> None:
-    """Drop what orbax's abandoned reads report after a restore fails (a damaged checkpoint,
-    which restore_latest reports in one line): when one array cannot be read, orbax's restore
-    ends with the others' read coroutines still pending. Garbage-collected later, each raises
-    (orbax wraps even the GeneratorExit that closes it) as an "Exception ignored in:
-    <coroutine object ...>" with the array's whole TensorStore spec, some 60 lines each;
-    tensorstore's threads finishing those reads call into the closed event loop ("Event loop
-    is closed"), and finished tasks nobody awaited are logged. Only these are dropped: other
-    unraisable exceptions and asyncio errors are shown as before. Installed once per process
-    (sys.unraisablehook and a filter on the asyncio logger)."""
-    if getattr(sys.unraisablehook, "quiets_orbax", False):
-        return
-    shown = sys.unraisablehook
-
-    def quiet(unraisable) -> None:
-        if _orbax_coroutine(unraisable.object) or _closed_loop_callback(unraisable):
-            return
-        shown(unraisable)
-
-    quiet.quiets_orbax = True
-    sys.unraisablehook = quiet
-    asyncio_logger = logging.getLogger("asyncio")
-    if _not_an_orbax_task_exception not in asyncio_logger.filters:
-        asyncio_logger.addFilter(_not_an_orbax_task_exception)
-
-
-def _shortened(text: str, most: int = 400) -> str:
-    """`text`, its middle left out where it is longer than `most` characters: tensorstore's
-    errors name the file's path at the start and what is wrong with it at the end."""
-    if len(text) <= most:
-        return text
-    return f"{text[:most // 2 - 3]} ... {text[-(most // 2 - 2):]}"
-
-
-def _reason(error: BaseException) -> BaseException:
-    """The error that says what is wrong with a checkpoint's file: orbax wraps tensorstore's
-    ("OUT_OF_RANGE: Error reading ... value of size 0") in one that names the array's index
-    and prints its whole spec."""
-    while isinstance(error.__cause__, Exception) and str(error).startswith(
-            "Encountered error while reading array index"):
-        error = error.__cause__
-    return error
 
 
 @contextlib.contextmanager

@@ -17,15 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiment import checkpoint
 from experiment.checkpoint import (
     CheckpointCorrupt,
     Checkpointer,
     CheckpointMismatch,
     interrupts_deferred,
-    keys_to_data,
-    quiet_abandoned_reads,
 )
+from experiment.checkpoint_arrays import keys_to_data
+from experiment.checkpoint_errors import ORBAX_SOURCE, quiet_abandoned_reads
 from experiment.rundir.record import CannotResume
 from tests.helpers.continual_files import write_cifar
 from tests.helpers.runs import KILLSAVE, REPO, run, script
@@ -395,7 +394,7 @@ def test_what_orbax_abandons_in_a_failed_restore_is_dropped_and_nothing_else(mon
     quiet_abandoned_reads()  # once per process
     assert len(logger.filters) == 1
 
-    coroutine = abandoned_read(os.path.join(checkpoint.ORBAX_SOURCE, "_src", "serialization.py"))
+    coroutine = abandoned_read(os.path.join(ORBAX_SOURCE, "_src", "serialization.py"))
     del coroutine  # finalized: close() raises inside orbax's coroutine
     assert shown == []
     coroutine = abandoned_read(__file__)
@@ -420,7 +419,7 @@ def test_what_orbax_abandons_in_a_failed_restore_is_dropped_and_nothing_else(mon
 
     task = ("Task exception was never retrieved\nfuture: <Task finished name='Task-9' coro=<"
             "_read_array_index_and_device_put() done, defined at {}:269> exception=...>")
-    assert not logged(task.format(os.path.join(checkpoint.ORBAX_SOURCE, "serialization.py")))
+    assert not logged(task.format(os.path.join(ORBAX_SOURCE, "serialization.py")))
     assert logged(task.format("/elsewhere/code.py"))
     assert logged("Unclosed client session")
 
