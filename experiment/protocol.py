@@ -27,11 +27,11 @@ from absl import logging
 
 from experiment import ctrl_c
 from experiment.config import ConfigError
-from experiment.dashboards import DashboardError
 from experiment.resources import TooLargeForMemory
 from experiment.rundir.lock import EXIT_IN_USE, EXIT_STOPPED, RunDirInUse
 from experiment.rundir.record import CannotResume
 from experiment.rundir.resume import checkpoint_dirs
+from experiment.wandb_runs import DashboardError
 
 # what --dry_run says of a run directory, per experiment.rundir.resume's state
 DRY_RUN_OUTCOMES = {"fresh": "would be trained", "resume": "would resume from its last checkpoint",

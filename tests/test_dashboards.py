@@ -16,7 +16,8 @@ import pytest
 
 from analysis import run_figures
 from experiment.config import TrainConfig
-from experiment.dashboards import REQUIREMENTS, for_config, wandb_steps
+from experiment.dashboards import REQUIREMENTS, for_config
+from experiment.wandb_runs import wandb_steps
 from sweeps.jobspec import JobSpec
 from tests.helpers.dashboard_files import (
     by_step,

@@ -10,13 +10,13 @@ import pytest
 
 from continual import entry as continual_entry
 from experiment import protocol, runner
-from experiment.dashboards import DashboardError
 from experiment.divergence import Diverged as RLDiverged
 from experiment.resources import TooLargeForMemory
 from experiment.rundir.lock import EXIT_IN_USE, EXIT_STOPPED, RunDirInUse
 from experiment.rundir.record import CannotResume
 from experiment.train import Stopped as RLStopped
 from experiment.train import UnevenEpisodes
+from experiment.wandb_runs import DashboardError
 
 KINDS = {"rl": runner.RL, "continual": continual_entry.KIND}
 
