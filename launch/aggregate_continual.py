@@ -36,19 +36,21 @@ from absl import app, flags
 from analysis.continual import (
     METRICS,
     code_versions,
-    combination_name,
-    combinations,
     cut_to_shortest,
-    factors,
     group_methods,
     label_of,
     line_style,
     markdown,
     read_runs,
+    summarize,
+)
+from analysis.continual_sensitivity import (
+    combination_name,
+    combinations,
+    factors,
     sensitivity_markdown,
     sensitivity_row,
     sensitivity_table,
-    summarize,
 )
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.grouping import code_of
