@@ -16,7 +16,8 @@ from analysis.grouping import (
     shared_length,
     warn_if_pooled,
 )
-from analysis.layouts import Run, canonical_task, load_runs
+from analysis.layouts import load_runs
+from analysis.run_curves import Run, canonical_task
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Sequence
 
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.layouts import Run
+from analysis.run_curves import Run
 from experiment.rundir.code import recorded_code
 from experiment.rundir.record import WATCH_SETTINGS, flat_settings
 from interventions import registry

@@ -1,19 +1,16 @@
 """Readers for the run layouts researchers have, and per-path layout detection.
 
-Every reader returns `Run`s: one evaluation curve of one seed on one task. Three layouts:
+Every reader returns `Run`s (analysis/run_curves.py): one evaluation curve of one seed on one
+task. Three layouts:
 
-- project: `<logdir>/<agent>/<env>/<run_name>/` holding config.json + eval.csv (all seeds)
+- project: `<logdir>/<agent>/<env>/<run_name>/` holding config.json + eval.csv (all seeds), read
+  by analysis/project_runs.py
 - jaxrl:   `<config>/<task>/<seed>.txt` with "<env_step> <return>" rows
 - npy:     `<task>.npy` arrays of shape (evaluations, seeds) on a fixed evaluation grid
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import dataclasses
-import io
-import json
 import os
 import warnings
 from collections.abc import Sequence
@@ -22,90 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import AggregationError, AggregationWarning
-from experiment.rundir.files import LOSS_WARNINGS
-from experiment.rundir.record import with_added_settings
+from analysis.project_runs import _is_project_run_dir, read_project_run_dir
+from analysis.run_curves import Run, _env_step, _make_run, canonical_task, reading
 
-TASK_ALIASES = {"finger-turn": "finger-turn_hard"}
 LAYOUTS = ("project", "jaxrl", "npy")
-EVAL_COLUMNS = ("env_step", "seed", "return")
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One seed's evaluation curve on one task: steps (T,) increasing ints, returns (T,)."""
-
-    task: str
-    run_id: str
-    steps: np.ndarray
-    returns: np.ndarray
-    source: str
-    config: dict = dataclasses.field(default_factory=dict, compare=False)
-    config_source: str = ""  # the file `config` was read from, if any
-    stopped: str = ""  # why training stopped early (this project's diverged.json), if known
-    stopped_at: int | None = None  # the env step it stopped at
-
-
-def canonical_task(name: str) -> str:
-    """dm_control 'domain-task' name for a task name (maps known aliases such as BRO's)."""
-    return TASK_ALIASES.get(name, name)
-
-
-def _make_run(task: str, run_id: str, steps, returns, source: str, config=None,
-              config_source=None) -> Run | None:
-    try:
-        steps = np.asarray(steps, dtype=np.int64)
-        returns = np.asarray(returns, dtype=np.float64)
-    except (TypeError, ValueError) as error:  # a .npy of strings, say
-        raise AggregationError(f"{source}: env steps and returns must be numbers ({error})") \
-            from None
-    if np.any(steps < 0):
-        raise AggregationError(f"{source}: env step {int(steps.min())} is negative; env steps "
-                               "count from 0")
-    keep = np.isfinite(returns)
-    if not keep.all():
-        warnings.warn(f"{source}: {int((~keep).sum())} non-finite returns ignored",
-                      AggregationWarning, stacklevel=3)
-    steps, returns = steps[keep], returns[keep]
-    if steps.size == 0:
-        warnings.warn(f"{source}: no evaluations; run skipped", AggregationWarning, stacklevel=3)
-        return None
-    order = np.argsort(steps, kind="stable")
-    steps, returns = steps[order], returns[order]
-    if np.any(np.diff(steps) == 0):
-        raise AggregationError(f"{source}: env_step values repeat; expected one evaluation "
-                               "per step per seed")
-    return Run(canonical_task(task), run_id, steps, returns, source, config or {},
-               str(config_source or ""))
-
-
-@contextlib.contextmanager
-def reading(path: Path):
-    """Turns a file that cannot be read or decoded (missing, unreadable, half-written, not
-    text, not what its extension says) into an AggregationError naming it."""
-    try:
-        yield
-    except AggregationError:
-        raise
-    except (OSError, ValueError, EOFError) as error:  # json and Unicode errors are ValueErrors
-        raise AggregationError(f"{path}: cannot read it ({type(error).__name__}: {error})") \
-            from None
-
-
-def _env_step(text: str) -> int:
-    """An env step as files write it ("5000", "5000.0", "5e3"); ValueError unless whole."""
-    value = float(text)
-    if not value.is_integer():
-        raise ValueError(f"env step {text} is not a whole number")
-    return int(value)
-
-
-def _seed(text: str) -> str:
-    """A seed as eval.csv spells it ("0", " 0", "0.0"), in one spelling: "0". ValueError
-    unless a whole number >= 0, so that one seed never counts as several runs."""
-    value = _env_step(text)
-    if value < 0:
-        raise ValueError(f"seed {text} is negative")
-    return str(value)
 
 
 def read_txt_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -190,161 +107,6 @@ def read_npy_dir(root: Path, eval_every: int, first_step: int | None = None) -> 
             if run is not None:
                 runs.append(run)
     return runs
-
-
-def _is_project_run_dir(path: Path) -> bool:
-    return (path / "config.json").is_file() and (path / "eval.csv").is_file()
-
-
-def _eval_rows(path: Path) -> csv.DictReader:
-    """eval.csv's rows, less a last row without its line end (being written as it is read),
-    which is left out with a warning."""
-    with reading(path):
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark, as spreadsheets save
-    cut = text.rfind("\n") + 1
-    if 0 < cut < len(text):  # after a whole header line
-        warnings.warn(f"{path}: its last row ({text[cut:]!r}) has no line end, as when read "
-                      "while it is being written; left out", AggregationWarning, stacklevel=3)
-        text = text[:cut]
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    with _csv_errors(path):
-        if reader.fieldnames:  # "env_step, seed, return" names the same columns
-            reader.fieldnames = [name.strip() for name in reader.fieldnames]
-    return reader
-
-
-@contextlib.contextmanager
-def _csv_errors(path: Path):
-    """csv's own errors (a field past its size limit, say) as an AggregationError naming it."""
-    try:
-        yield
-    except csv.Error as error:
-        raise AggregationError(f"{path}: not a readable CSV ({error})") from None
-
-
-def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
-    """One run dir (config.json + eval.csv) -> one Run per seed found in eval.csv, with run ids
-    `<name>/seed<seed>` (name: the run dir's name unless given). Seeds of num_seeds missing
-    from eval.csv are warned about: as diverged before any evaluation (from diverged.json)
-    when that is why, so that the run is named and not just missing."""
-    with reading(run_dir / "config.json"):
-        config = json.loads((run_dir / "config.json").read_text())
-    if not isinstance(config, dict) or not isinstance(config.get("env"), str):
-        raise AggregationError(f"{run_dir / 'config.json'}: expected a JSON object with an "
-                               "'env' key naming the task (a string)")
-    config = with_added_settings(config)  # a run recorded before a setting existed has its value
-    reader = _eval_rows(run_dir / "eval.csv")
-    missing = [c for c in EVAL_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise AggregationError(f"{run_dir / 'eval.csv'}: missing columns {missing}; "
-                               f"expected a header with {', '.join(EVAL_COLUMNS)}")
-    rows: dict[str, list[tuple[int, float]]] = {}
-    with _csv_errors(run_dir / "eval.csv"):
-        for row in reader:
-            try:
-                if None in row.values() or None in row:  # fewer or more fields than the header
-                    raise ValueError
-                entry = (_env_step(row["env_step"]), float(row["return"]))
-                seed = _seed(row["seed"])
-            except (TypeError, ValueError):
-                raise AggregationError(f"{run_dir / 'eval.csv'}:{reader.line_num}: expected "
-                                       f"{', '.join(reader.fieldnames)}, with whole numbers "
-                                       f"for env_step and seed and a number for return, got "
-                                       f"{row}") from None
-            rows.setdefault(seed, []).append(entry)
-    expected = config.get("num_seeds")
-    counted = (f"eval.csv has {len(rows)} of num_seeds={expected} seeds"
-               if isinstance(expected, int) and len(rows) < expected else "")
-    diverged = _read_diverged(run_dir)
-    unevaluated = _diverged_before_evaluating(diverged, config, rows)
-    if unevaluated:
-        step, bad = diverged.get("env_step"), diverged.get("seed")
-        stopping = ("" if unevaluated == [str(bad)] else
-                    f", stopping seeds {', '.join(unevaluated)} of its process")
-        whose = "its run is" if len(unevaluated) == 1 else "their runs are"
-        warnings.warn(f"{run_dir}: seed {bad} diverged at env step {step} "
-                      f"({diverged.get('what', 'no reason recorded')}) before any evaluation"
-                      f"{stopping}; {whose} left out" + (f" ({counted})" if counted else ""),
-                      AggregationWarning, stacklevel=2)
-    elif counted:
-        warnings.warn(f"{run_dir}: {counted}", AggregationWarning, stacklevel=2)
-    for name, first in _loss_warnings(run_dir).items():
-        warnings.warn(f"{run_dir}: {name} of seed {first.get('seed')} reached "
-                      f"{first.get('value'):.3g} at env step {first.get('env_step')} "
-                      f"({LOSS_WARNINGS}): a loss that grows without bound usually means a "
-                      "broken run; its runs are kept", AggregationWarning, stacklevel=2)
-    runs = []
-    for seed in sorted(rows, key=lambda s: (len(s), s)):
-        steps, returns = zip(*rows[seed], strict=True)
-        run = _make_run(config["env"], f"{name or run_dir.name}/seed{seed}", steps, returns,
-                        f"{run_dir / 'eval.csv'} seed {seed}", config, run_dir / "config.json")
-        if run is not None and diverged is not None:
-            step, bad = diverged.get("env_step"), diverged.get("seed")
-            why = (f"diverged at env step {step}: {diverged.get('what')}" if str(bad) == seed
-                   else f"stopped at env step {step} when seed {bad} of its process diverged")
-            run = dataclasses.replace(run, stopped=why,
-                                      stopped_at=int(step) if isinstance(step, int) else None)
-        if run is not None:
-            runs.append(run)
-    return runs
-
-
-def _diverged_before_evaluating(diverged: dict | None, config: dict,
-                                rows: dict[str, list]) -> list[str]:
-    """The seeds (as eval.csv spells them) of a run that diverged before the diverged seed's
-    first evaluation and that have no eval.csv row: the diverged seed and the others of its
-    process (diverged.json's seeds_stopped, else config.json's seed and num_seeds); [] when
-    the run did not diverge so, or its diverged.json names no seed."""
-    if diverged is None or "seed" not in diverged or str(diverged["seed"]) in rows:
-        return []
-    process = diverged.get("seeds_stopped")
-    if not isinstance(process, list):
-        first, count = config.get("seed"), config.get("num_seeds")
-        process = (list(range(first, first + count))
-                   if isinstance(first, int) and isinstance(count, int) else [])
-    seeds = [str(s) for s in process if str(s) not in rows]
-    if str(diverged["seed"]) not in seeds:
-        seeds.append(str(diverged["seed"]))
-    return sorted(seeds, key=lambda s: (len(s), s))
-
-
-def _read_diverged(run_dir: Path) -> dict | None:
-    """The run's diverged.json (written when training stopped on a NaN or inf), or None."""
-    path = run_dir / "diverged.json"
-    if not path.is_file():
-        return None
-    with reading(path):
-        record = json.loads(path.read_text())
-    if not isinstance(record, dict):
-        raise AggregationError(f"{path}: expected a JSON object with env_step and seed")
-    try:  # as the trainer writes them: whole numbers (a seed as eval.csv's are compared)
-        record["env_step"] = _env_step(str(record["env_step"]))
-        if "seed" in record:
-            record["seed"] = int(_seed(str(record["seed"])))
-        if isinstance(record.get("seeds_stopped"), list):
-            record["seeds_stopped"] = [int(_seed(str(s))) for s in record["seeds_stopped"]]
-    except (KeyError, ValueError):
-        raise AggregationError(f"{path}: expected a JSON object with env_step and seed as "
-                               f"whole numbers >= 0 (and seeds_stopped a list of them), got "
-                               f"{record}") from None
-    return record
-
-
-def _loss_warnings(run_dir: Path) -> dict:
-    """The losses the run's LOSS_WARNINGS records past the trainer's limit ({} if none), each
-    {"env_step", "seed", "value"} of its first crossing."""
-    path = run_dir / LOSS_WARNINGS
-    if not path.is_file():
-        return {}
-    with reading(path):
-        record = json.loads(path.read_text())
-    losses = record.get("losses") if isinstance(record, dict) else None
-    if not isinstance(losses, dict) or not all(
-            isinstance(v, dict) and isinstance(v.get("value"), int | float)
-            for v in losses.values()):
-        raise AggregationError(f"{path}: expected a JSON object whose \"losses\" maps each "
-                               "loss to its env_step, seed and value")
-    return losses
 
 
 def _config_files(root: Path) -> list[Path]:

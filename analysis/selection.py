@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.layouts import Run, canonical_task
+from analysis.run_curves import Run, canonical_task
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import numpy as np
 from analysis import metrics
 from analysis.bootstrap import generator, percentile_interval, stratified_bootstrap
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.layouts import Run
+from analysis.run_curves import Run
 from analysis.selection import ScoreMatrix, curve_scores, final_scores, shared_tasks
 
 METRICS = ("IQM", "Mean", "Median", "Optimality gap")

@@ -11,7 +11,8 @@ import pytest
 from analysis.datasets import load_datasets
 from analysis.errors import AggregationError, AggregationWarning
 from analysis.grouping import config_value, group_runs
-from analysis.layouts import canonical_task, detect_layout, load_runs
+from analysis.layouts import detect_layout, load_runs
+from analysis.run_curves import canonical_task
 from analysis.selection import curve_scores, final_scores
 
 

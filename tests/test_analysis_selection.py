@@ -8,8 +8,8 @@ import pytest
 import scipy.stats
 
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.layouts import Run
 from analysis.report import markdown
+from analysis.run_curves import Run
 from analysis.selection import curve_scores, final_scores, score_at_step, shared_tasks
 from analysis.summary import Settings, summarize
 
