@@ -4,8 +4,6 @@ import csv
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +11,7 @@ import pytest
 import scipy.stats
 from test_analysis_layouts import write_project_run
 
-from tests.helpers.runs import REFERENCE
+from tests.helpers.runs import REFERENCE, run
 
 ROOT = Path(__file__).resolve().parents[1]
 SAC_UTD1 = (REFERENCE / "rl_with_resets_sac"
@@ -22,9 +20,7 @@ STEPS = range(10_000, 110_000, 10_000)
 
 
 def aggregate(*args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "launch/aggregate.py", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run("aggregate.py", *args, check=False, timeout=120)
 
 
 def read_csv(path):

@@ -25,11 +25,28 @@ def script(name: str) -> str:
     return os.path.join(REPO, "launch", name)
 
 
-def run(name: str, *args: str, check: bool = True, timeout: float = 300, env=None):
-    """Run `python launch/<name> args...`; returns the CompletedProcess."""
-    full_env = {**os.environ, **(env or {})}  # MUJOCO_GL and JAX_PLATFORMS as conftest set them
-    proc = subprocess.run([sys.executable, script(name), *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=REPO)
+# Scripts whose runs start processes of their own (the sweeps' jobs, pickled by submitit from
+# the script's own module) run in a process of their own too.
+OWN_PROCESS = {"sweep.py", "compare_continual.py"}
+# TESTS_IN_PROCESS=0 runs every script as a separate process, as a user starts it.
+IN_PROCESS = os.environ.get("TESTS_IN_PROCESS", "1") != "0"
+
+
+def run(name: str, *args: str, check: bool = True, timeout: float = 300, env=None,
+        separate: bool = False):
+    """Run `python launch/<name> args...`; returns the CompletedProcess. The script runs in this
+    process (tests.helpers.inprocess) unless it needs a process of its own: `env` to start it
+    with (XLA's options are read once a process), `separate`, a script of OWN_PROCESS, or
+    --methods_from (its methods stay registered in the process that loads them)."""
+    if IN_PROCESS and not (env or separate or name in OWN_PROCESS
+                           or any(a.startswith("--methods_from") for a in args)):
+        from tests.helpers.inprocess import run_script
+
+        proc = run_script(script(name), list(args), cwd=REPO)
+    else:
+        full_env = {**os.environ, **(env or {})}  # MUJOCO_GL and JAX_PLATFORMS from conftest
+        proc = subprocess.run([sys.executable, script(name), *args], capture_output=True,
+                              text=True, timeout=timeout, env=full_env, cwd=REPO)
     if check and proc.returncode != 0:
         raise AssertionError(f"{name} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return proc

@@ -1,0 +1,136 @@
+"""A launch script run inside the test process, as `python launch/<name> args...` would run it:
+its module executed as `__main__` (runpy) with `sys.argv` set, its exit code, stdout and stderr
+captured at the file descriptors, and the process left as it was found (its flags, signal
+handlers, hooks, warnings filters, environment and working directory). A run then costs its
+compilation and training only, not a new interpreter importing JAX, MuJoCo and orbax."""
+
+import contextlib
+import gc
+import io
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import traceback
+import warnings
+
+import jax
+from absl import app, flags
+from absl import logging as absl_logging
+
+import experiment.cli  # noqa: F401 - its module-level flag (--methods_from) stays defined
+from experiment import ctrl_c
+
+_ready = False
+
+
+def _init_absl_once() -> None:
+    """What absl's app.run does the first time in a process (help flags, its log handler), done
+    here once, so that every run below goes through app.run's rerun path alike."""
+    global _ready
+    if not _ready:
+        app.define_help_flags()
+        absl_logging.use_absl_handler()
+        app._run_init.done = True  # noqa: SLF001 - app.run then only parses the flags
+        _ready = True
+
+
+@contextlib.contextmanager
+def _captured_fds():
+    """stdout and stderr of Python code and of C code (XLA, MuJoCo) into two temporary files;
+    yields a function that returns their text so far."""
+    files = [tempfile.TemporaryFile(mode="w+b") for _ in range(2)]
+    saved_fds = [os.dup(1), os.dup(2)]
+    saved_streams = sys.stdout, sys.stderr
+    for stream in saved_streams:
+        with contextlib.suppress(Exception):
+            stream.flush()
+    streams = [io.TextIOWrapper(os.fdopen(os.dup(f.fileno()), "wb", buffering=0),
+                                encoding="utf-8", errors="replace", write_through=True)
+               for f in files]
+    os.dup2(files[0].fileno(), 1)
+    os.dup2(files[1].fileno(), 2)
+    sys.stdout, sys.stderr = streams
+
+    def texts() -> tuple[str, str]:
+        out = []
+        for stream, f in zip(streams, files, strict=True):
+            stream.flush()
+            f.seek(0)
+            out.append(f.read().decode("utf-8", errors="replace"))
+        return out[0], out[1]
+
+    try:
+        yield texts
+    finally:
+        for stream in streams:
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = saved_streams
+        os.dup2(saved_fds[0], 1)
+        os.dup2(saved_fds[1], 2)
+        for fd in saved_fds:
+            os.close(fd)
+        for stream in streams:
+            stream.close()
+        for f in files:
+            f.close()
+
+
+@contextlib.contextmanager
+def _process_state_restored():
+    """Whatever a script changes in its process (flags it defines, Ctrl-C and SIGTERM handlers,
+    exception hooks, warnings filters, the environment, the working directory) back as it was."""
+    names = set(flags.FLAGS)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    hooks = sys.excepthook, sys.unraisablehook
+    filters = warnings.filters[:]
+    environ = dict(os.environ)
+    cwd, argv = os.getcwd(), sys.argv[:]
+    try:
+        yield
+    finally:
+        for name in set(flags.FLAGS) - names:  # a script defines its flags when it is executed
+            delattr(flags.FLAGS, name)
+        flags.FLAGS.unparse_flags()
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        sys.excepthook, sys.unraisablehook = hooks
+        ctrl_c._pending = False  # noqa: SLF001 - a held Ctrl-C belongs to the run that ended
+        warnings.filters[:] = filters
+        warnings._filters_mutated()  # noqa: SLF001 - a "once" warning shows again, as it would
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        sys.argv[:] = argv
+
+
+def run_script(path: str, args: list[str], cwd: str) -> subprocess.CompletedProcess:
+    """Run the launch script at `path` with `args` in this process; a CompletedProcess as
+    subprocess.run(capture_output=True, text=True) would return. An exception that escapes the
+    script is its traceback on stderr and exit code 1, as Python would end the process."""
+    _init_absl_once()
+    code = 0
+    with _process_state_restored(), _captured_fds() as texts:
+        os.chdir(cwd)
+        sys.argv[:] = [path, *args]
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as e:
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:  # sys.exit("message"): Python prints it and exits 1
+                print(e.code, file=sys.stderr)
+                code = 1
+        except BaseException:  # noqa: BLE001 - reported as the process would report it
+            traceback.print_exc()
+            code = 1
+        finally:
+            # The run's objects (its run directory's lock among them) go now, as at a process's
+            # end, and its compiled programs with them.
+            gc.collect()
+            jax.clear_caches()
+        stdout, stderr = texts()
+    return subprocess.CompletedProcess([sys.executable, path, *args], code, stdout, stderr)
