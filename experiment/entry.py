@@ -21,7 +21,7 @@ from envs import check_env_name
 from envs.envpool_backend import check_task
 from experiment.config import TrainConfig, validate
 from experiment.dashboards import check_installed
-from experiment.events import intervention_plan
+from experiment.events import intervention_plan, with_hooks
 from experiment.protocol import StopRequest
 from experiment.rundir.claim import claim
 from experiment.rundir.record import config_record
@@ -31,7 +31,7 @@ from interventions import Plan
 
 
 class Prepared(NamedTuple):
-    agent: Agent
+    agent: Agent  # with the plan's per-step hooks bound: the agent the run trains
     plan: Plan  # the run's interventions, their parts checked against the agent's state
     record: dict  # config.json's
 
@@ -47,7 +47,7 @@ def prepare(cfg: TrainConfig, agent_config: Any = None) -> Prepared:
         check_task(cfg.env, cfg.seed + cfg.num_seeds - 1 + cfg.eval_seed_offset)
     agent = make_agent(cfg.agent, agent_config)
     plan = intervention_plan(agent, cfg)  # its parts: an error here, before anything compiles
-    return Prepared(agent, plan, config_record(cfg, agent.config))
+    return Prepared(with_hooks(agent, plan), plan, config_record(cfg, agent.config))
 
 
 def state(cfg: TrainConfig, prepared: Prepared) -> str:

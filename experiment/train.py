@@ -61,7 +61,8 @@ class UnevenEpisodes(RuntimeError):
 def make_trainer(agent: Agent, cfg: TrainConfig, plan: Plan | None = None) -> "Trainer":
     """The trainer `cfg` asks for: replay in host memory, or on the device
     (`experiment.device_loop.DeviceReplayTrainer`, imported only then). `plan`: the run's
-    interventions as already built and checked (experiment.entry.prepare); None: built here."""
+    interventions as already built and checked, with `agent` already bound to its hooks
+    (experiment.entry.prepare); None: the plan is built here and `agent` bound to it."""
     if cfg.replay_on_device:
         from experiment.device_loop import DeviceReplayTrainer
 
@@ -85,8 +86,10 @@ class Trainer(LoopCheckpoints, DivergenceChecks):
     (experiment/divergence.py) come from its bases."""
 
     def __init__(self, agent: Agent, cfg: TrainConfig, plan: Plan | None = None):
-        self.plan = plan if plan is not None else intervention_plan(agent, cfg)
-        agent = with_hooks(agent, self.plan)
+        if plan is None:
+            plan = intervention_plan(agent, cfg)
+            agent = with_hooks(agent, plan)
+        self.plan = plan
         self.agent, self.cfg = agent, cfg
         seeds = cfg.seeds
         # Checked with one env of the task before the run's envs (two per seed) are built.

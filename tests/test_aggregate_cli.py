@@ -4,7 +4,6 @@ import csv
 import json
 import os
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +12,6 @@ from test_analysis_layouts import write_project_run
 
 from tests.helpers.runs import REFERENCE, run
 
-ROOT = Path(__file__).resolve().parents[1]
 SAC_UTD1 = (REFERENCE / "rl_with_resets_sac"
             / "max_steps_2000000_resets_False_config.updates_per_step_1")
 STEPS = range(10_000, 110_000, 10_000)

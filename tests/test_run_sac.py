@@ -524,7 +524,7 @@ def test_the_python_entry_point_trains_what_the_script_trains(tmp_path):
     assert entry.train(cfg, SACConfig(hidden_dims=(32, 32))) == in_process  # done: no retrain
     run("run_sac.py", *FAST_SAC, f"--logdir={tmp_path / 'script'}", "--max_steps=600",
         "--start_steps=200", "--eval_every=300", "--intervention=clip",
-        "--intervention_steps=400", "--num_seeds=2", timeout=240)
+        "--intervention_steps=400", "--num_seeds=2", timeout=240, separate=True)
     by_script = tmp_path / "script" / "sac" / "cartpole-swingup" / "clip-utd1-seed0"
     assert os.path.realpath(in_process) == str(tmp_path / "python" / "sac" / "cartpole-swingup"
                                                / "clip-utd1-seed0")
@@ -535,3 +535,22 @@ def test_the_python_entry_point_trains_what_the_script_trains(tmp_path):
 
     for name in ("eval.csv", "interventions.csv"):
         assert rows(in_process, name) == rows(by_script, name) != []
+
+
+def test_the_prepared_agent_with_its_hooks_is_the_one_the_trainer_trains(tmp_path, monkeypatch):
+    """entry.prepare builds the agent, its plan and the agent bound to the plan's hooks once;
+    the trainer takes them as they are and builds no agent of its own."""
+    from experiment import entry, events
+    from experiment.config import SAC_DEFAULTS
+
+    cfg = dataclasses.replace(SAC_DEFAULTS, env="cartpole-swingup", intervention="nap+clip",
+                              logdir=str(tmp_path), num_seeds=1)
+    built = []
+    monkeypatch.setattr(events, "make_agent", lambda *a: built.append(a) or make_agent(*a))
+    prepared = entry.prepare(cfg, SACConfig(hidden_dims=(16, 16)))
+    assert len(built) == 1 and built[0][2] is prepared.plan.hooks  # the hooked agent, once
+    trainer = train.make_trainer(prepared.agent, cfg, prepared.plan)
+    assert trainer.agent is prepared.agent and trainer.plan is prepared.plan and len(built) == 1
+    # Without a plan the trainer builds it and binds its hooks, as before.
+    assert train.make_trainer(make_agent("sac", SACConfig(hidden_dims=(16, 16))),
+                              cfg).agent is not prepared.agent and len(built) == 2
