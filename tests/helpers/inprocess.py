@@ -7,6 +7,7 @@ compilation and training only, not a new interpreter importing JAX, MuJoCo and o
 import contextlib
 import gc
 import io
+import logging
 import os
 import runpy
 import signal
@@ -82,8 +83,11 @@ def _captured_fds():
 @contextlib.contextmanager
 def _process_state_restored():
     """Whatever a script changes in its process (flags it defines, Ctrl-C and SIGTERM handlers,
-    exception hooks, warnings filters, the environment, the working directory) back as it was."""
+    exception hooks, warnings and log filters, the environment, the working directory) back as
+    it was."""
     names = set(flags.FLAGS)
+    loggers = {name: logging.getLogger(name) for name in ("", "asyncio", "absl")}
+    log_filters = {name: logger.filters[:] for name, logger in loggers.items()}
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     hooks = sys.excepthook, sys.unraisablehook
     filters = warnings.filters[:]
@@ -100,6 +104,8 @@ def _process_state_restored():
         sys.excepthook, sys.unraisablehook = hooks
         ctrl_c._pending = False  # noqa: SLF001 - a held Ctrl-C belongs to the run that ended
         warnings.filters[:] = filters
+        for name, logger in loggers.items():
+            logger.filters[:] = log_filters[name]
         warnings._filters_mutated()  # noqa: SLF001 - a "once" warning shows again, as it would
         os.environ.clear()
         os.environ.update(environ)
