@@ -39,3 +39,8 @@ if os.environ["JAX_PLATFORMS"] != "cpu":
     import jax  # noqa: E402
 
     jax.config.update("jax_default_matmul_precision", "highest")
+
+# submitit configures logging when it is imported (logging.config.dictConfig), which closes the
+# handlers that exist then; imported here, before pytest adds its log-capturing ones, rather than
+# by a sweep script that a test runs in this process.
+import submitit  # noqa: E402, F401

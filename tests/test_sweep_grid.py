@@ -16,6 +16,7 @@ from interventions import registry
 from sweeps.grid import PRESETS, expand, load_grid_file, make_grid
 from sweeps.jobspec import JobSpec
 from sweeps.run_flags import SweepError
+from tests.helpers.runs import run
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "reference"  # the published curves (reference/README.md)
@@ -216,9 +217,8 @@ def test_two_grids_writing_one_run_directory_differently_is_an_error():
      "settings and UTD), more than --max_seed_runs=100,000"),
 ])
 def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
-                           f"--logdir={tmp_path}", *args], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path)
+    proc = run("sweep.py", f"--logdir={tmp_path}", *args, check=False, separate=False,
+               cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / ".sweep").exists()
@@ -247,9 +247,8 @@ def test_a_job_record_that_is_not_json_is_one_line_naming_it(tmp_path):
     record.parent.mkdir(parents=True)
     record.write_text("")  # emptied by hand, or cut short
     for args in (["--status"], ["--envs=cheetah-run", "--no_wait"]):
-        proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
-                               f"--logdir={tmp_path}", *args], capture_output=True, text=True,
-                              timeout=60, cwd=tmp_path)
+        proc = run("sweep.py", f"--logdir={tmp_path}", *args, check=False, separate=False,
+                   cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.startswith(
             f"sweep: {record} cannot be read (Expecting value"), proc.stderr
         assert proc.stderr.count("\n") == 1, proc.stderr
@@ -257,10 +256,8 @@ def test_a_job_record_that_is_not_json_is_one_line_naming_it(tmp_path):
 
 def test_extra_flags_with_separate_values_are_not_taken_for_repeated_flags(tmp_path):
     """`--clip_c 2 --clip_ns_steps 2` repeats a value, not a flag (--status launches nothing)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
-                           f"--logdir={tmp_path}", "--envs=cheetah-run", "--status",
-                           "--extra=--clip_c 2 --clip_ns_steps 2"], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path)
+    proc = run("sweep.py", f"--logdir={tmp_path}", "--envs=cheetah-run", "--status",
+               "--extra=--clip_c 2 --clip_ns_steps 2", check=False, separate=False, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "pending" in proc.stdout
 
@@ -278,9 +275,7 @@ def test_status_names_jobs_a_cut_short_launch_listed_but_never_recorded(tmp_path
     os.makedirs(os.path.dirname(paths.launch("L")), exist_ok=True)
     write_json(paths.launch("L"), {"executor": "local", "keys": [j.key for j in jobs],
                                    "submitted": False})
-    proc = subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"),
-                           f"--logdir={tmp_path}", "--status"], capture_output=True, text=True,
-                          timeout=60)
+    proc = run("sweep.py", f"--logdir={tmp_path}", "--status", check=False, separate=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == (
         "launch L lists 2 more job(s) without a record (it was cut short while recording them, "

@@ -17,6 +17,7 @@ from sweeps.grid import check_seed_overlap, expand, load_grid_file, make_grid
 from sweeps.jobspec import JobSpec, job_flags
 from sweeps.run_flags import SweepError
 from sweeps.state import Status
+from tests.helpers.runs import run
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "random_label_digits"
@@ -296,8 +297,8 @@ def test_dry_runs_check_each_varied_setting(monkeypatch):
 
 
 def sweep(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "launch" / "sweep.py"), *args],
-                          capture_output=True, text=True, timeout=120, cwd=cwd)
+    """launch/sweep.py's checks and --status, which start no job, in this process."""
+    return run("sweep.py", *args, check=False, separate=False, cwd=cwd)
 
 
 def test_the_sweep_command_line_takes_repeated_vary_flags(tmp_path):

@@ -38,6 +38,18 @@ def _init_absl_once() -> None:
         _ready = True
 
 
+def _point_log_handlers(moves: list[tuple]) -> None:
+    """Every logging.StreamHandler that writes to the first of a pair of `moves` writes to its
+    second (set directly: the stream it leaves may be closed)."""
+    loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict
+                                      .values() if isinstance(logger, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.stream = next((new for old, new in moves if handler.stream is old),
+                                      handler.stream)
+
+
 @contextlib.contextmanager
 def _captured_fds():
     """stdout and stderr of Python code and of C code (XLA, MuJoCo) into two temporary files;
@@ -54,6 +66,9 @@ def _captured_fds():
     os.dup2(files[0].fileno(), 1)
     os.dup2(files[1].fileno(), 2)
     sys.stdout, sys.stderr = streams
+    # A library's handler made with the process's stdout or stderr (submitit's, at its import)
+    # writes to the captured ones, as it would write to a run script's own.
+    _point_log_handlers([(sys.__stdout__, streams[0]), (sys.__stderr__, streams[1])])
 
     def texts() -> tuple[str, str]:
         out = []
@@ -70,6 +85,7 @@ def _captured_fds():
             with contextlib.suppress(Exception):
                 stream.flush()
         sys.stdout, sys.stderr = saved_streams
+        _point_log_handlers([(streams[0], sys.__stdout__), (streams[1], sys.__stderr__)])
         os.dup2(saved_fds[0], 1)
         os.dup2(saved_fds[1], 2)
         for fd in saved_fds:

@@ -33,20 +33,23 @@ IN_PROCESS = os.environ.get("TESTS_IN_PROCESS", "1") != "0"
 
 
 def run(name: str, *args: str, check: bool = True, timeout: float = 300, env=None,
-        separate: bool = False):
-    """Run `python launch/<name> args...`; returns the CompletedProcess. The script runs in this
-    process (tests.helpers.inprocess) unless it needs a process of its own: `env` to start it
-    with (XLA's options are read once a process), `separate`, a script of OWN_PROCESS, or
-    --methods_from (its methods stay registered in the process that loads them)."""
-    if IN_PROCESS and not (env or separate or name in OWN_PROCESS
-                           or any(a.startswith("--methods_from") for a in args)):
+        separate: bool | None = None, cwd=REPO):
+    """Run `python launch/<name> args...` in `cwd`; returns the CompletedProcess. The script
+    runs in this process (tests.helpers.inprocess) unless it needs a process of its own: `env`
+    to start it with (XLA's options are read once a process), --methods_from (its methods stay
+    registered in the process that loads them), or a script of OWN_PROCESS; `separate` says so
+    explicitly (False: a sweep's checks, --status or --dry_run, which start no job)."""
+    if separate is None:
+        separate = bool(env) or name in OWN_PROCESS or any(
+            a.startswith("--methods_from") for a in args)
+    if IN_PROCESS and not separate:
         from tests.helpers.inprocess import run_script
 
-        proc = run_script(script(name), list(args), cwd=REPO)
+        proc = run_script(script(name), list(args), cwd=str(cwd))
     else:
         full_env = {**os.environ, **(env or {})}  # MUJOCO_GL and JAX_PLATFORMS from conftest
         proc = subprocess.run([sys.executable, script(name), *args], capture_output=True,
-                              text=True, timeout=timeout, env=full_env, cwd=REPO)
+                              text=True, timeout=timeout, env=full_env, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"{name} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return proc
