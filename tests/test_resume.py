@@ -22,10 +22,11 @@ from experiment.config import TrainConfig
 from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 
 # 2 seeds, UTD 2, 125-step episodes (action repeat 8), a checkpoint at every episode end, and
-# the intervention at step 700, after any resume point the kills below can produce.
-ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=1000",
+# the intervention at step 450, after any resume point the kills below can produce (250 at
+# most: a kill while the third checkpoint is written, or within 1.5 s of the first).
+ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=500",
         "--start_steps=100", "--eval_every=125", "--log_every=125", "--checkpoint_every=125",
-        "--intervention_steps=700", "--clip_c=1.2"]
+        "--intervention_steps=450", "--clip_c=1.2"]
 # The same without an intervention (and without --clip_c, which would add a warning line).
 NO_INTERVENTION = [*(a for a in ARGS if not a.startswith("--clip_c")), "--intervention=none",
                    "--intervention_steps="]
@@ -117,7 +118,7 @@ def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tm
     if killed_at < len(got):
         assert "resumed from the checkpoint" in resumed.stderr
     checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
-    assert [n for n in os.listdir(checkpoints) if n.isdigit()] == ["1000"], (
+    assert [n for n in os.listdir(checkpoints) if n.isdigit()] == ["500"], (
         "a finished run keeps its last checkpoint only")
     assert_bit_identical(got, uninterrupted(intervention), resumed.stderr,
                          f"killed {delay:.2f}s after the first checkpoint ({killed_at} rows)")
@@ -148,12 +149,12 @@ def test_sigterm_checkpoints_at_the_next_episode_end_then_resume_is_bit_identica
                         r"there; the same command resumes \S+ from it$", err.strip())
     assert stopped, err[-2000:]
     step = int(stopped[1])
-    assert 125 <= step < 1000 and step % 125 == 0, "an episode end, from the first evaluation on"
+    assert 125 <= step < 500 and step % 125 == 0, "an episode end, from the first evaluation on"
     checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
     assert sorted(os.listdir(checkpoints)) == [str(step)]
     last = [float(r["return"]) for r in read_csv(eval_csv) if int(r["env_step"]) == step]
     bar = err.strip().splitlines()[-2]  # its last redraw, at close, above the error line
-    assert f" {step}/1000 " in bar and f"eval_return={sum(last) / len(last):.1f}]" in bar, bar
+    assert f" {step}/500 " in bar and f"eval_return={sum(last) / len(last):.1f}]" in bar, bar
     resumed = run("run_sac.py", *args)
     assert f"resumed from the checkpoint at env step {step}" in resumed.stderr
     assert_bit_identical(returns(run_dir(tmp_path, intervention)), uninterrupted(intervention),

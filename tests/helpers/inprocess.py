@@ -1,7 +1,7 @@
 """A launch script run inside the test process, as `python launch/<name> args...` would run it:
 its module executed as `__main__` (runpy) with `sys.argv` set, its exit code, stdout and stderr
 captured at the file descriptors, and the process left as it was found (its flags, signal
-handlers, hooks, warnings filters, environment and working directory). A run then costs its
+handlers, hooks, warnings and log filters, environment and working directory). A run then costs its
 compilation and training only, not a new interpreter importing JAX, MuJoCo and orbax."""
 
 import contextlib
@@ -146,6 +146,8 @@ def run_script(path: str, args: list[str], cwd: str) -> subprocess.CompletedProc
             else:  # sys.exit("message"): Python prints it and exits 1
                 print(e.code, file=sys.stderr)
                 code = 1
+        except KeyboardInterrupt:  # the scripts answer their own; this one stops the tests
+            raise
         except BaseException:  # noqa: BLE001 - reported as the process would report it
             traceback.print_exc()
             code = 1
