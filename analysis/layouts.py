@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.project_runs import _is_project_run_dir, read_project_run_dir
-from analysis.run_curves import Run, _env_step, _make_run, canonical_task, reading
+from analysis.project_runs import is_project_run_dir, read_project_run_dir
+from analysis.run_curves import Run, canonical_task, make_run, parse_env_step, reading
 
 LAYOUTS = ("project", "jaxrl", "npy")
 
@@ -37,7 +37,7 @@ def read_txt_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
         try:
             if len(parts) != 2:
                 raise ValueError
-            steps.append(_env_step(parts[0]))
+            steps.append(parse_env_step(parts[0]))
             returns.append(float(parts[1]))
         except ValueError:
             raise AggregationError(f"{path}:{lineno}: expected '<env_step> <return>', "
@@ -61,7 +61,7 @@ def read_jaxrl_tree(root: Path) -> list[Run]:
         task = canonical_task(task_dir.name)
         seeds_by_task[task] = [f.stem for f in files]
         for f in files:
-            run = _make_run(task, f.stem, *read_txt_curve(f), str(f))
+            run = make_run(task, f.stem, *read_txt_curve(f), str(f))
             if run is not None:
                 runs.append(run)
     if seeds_by_task:
@@ -103,7 +103,7 @@ def read_npy_dir(root: Path, eval_every: int, first_step: int | None = None) -> 
                 "interval the table was evaluated at")
         steps = first + eval_every * np.arange(table.shape[0], dtype=np.int64)
         for seed in range(table.shape[1]):
-            run = _make_run(f.stem, str(seed), steps, table[:, seed], f"{f}[:, {seed}]")
+            run = make_run(f.stem, str(seed), steps, table[:, seed], f"{f}[:, {seed}]")
             if run is not None:
                 runs.append(run)
     return runs
@@ -127,7 +127,7 @@ def _config_files(root: Path) -> list[Path]:
 
 def find_project_run_dirs(root: Path) -> list[Path]:
     """Every dir at or below root that holds config.json and eval.csv: root first, then sorted."""
-    dirs = [p.parent for p in _config_files(root) if _is_project_run_dir(p.parent)]
+    dirs = [p.parent for p in _config_files(root) if is_project_run_dir(p.parent)]
     return sorted(dirs, key=lambda d: (d != root, d))
 
 

@@ -13,14 +13,14 @@ import warnings
 from pathlib import Path
 
 from analysis.errors import AggregationError, AggregationWarning
-from analysis.run_curves import Run, _env_step, _make_run, _seed, reading
+from analysis.run_curves import Run, make_run, parse_env_step, parse_seed, reading
 from experiment.rundir.files import LOSS_WARNINGS
 from experiment.rundir.record import with_added_settings
 
 EVAL_COLUMNS = ("env_step", "seed", "return")
 
 
-def _is_project_run_dir(path: Path) -> bool:
+def is_project_run_dir(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / "eval.csv").is_file()
 
 
@@ -72,8 +72,8 @@ def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
             try:
                 if None in row.values() or None in row:  # fewer or more fields than the header
                     raise ValueError
-                entry = (_env_step(row["env_step"]), float(row["return"]))
-                seed = _seed(row["seed"])
+                entry = (parse_env_step(row["env_step"]), float(row["return"]))
+                seed = parse_seed(row["seed"])
             except (TypeError, ValueError):
                 raise AggregationError(f"{run_dir / 'eval.csv'}:{reader.line_num}: expected "
                                        f"{', '.join(reader.fieldnames)}, with whole numbers "
@@ -104,7 +104,7 @@ def read_project_run_dir(run_dir: Path, name: str | None = None) -> list[Run]:
     runs = []
     for seed in sorted(rows, key=lambda s: (len(s), s)):
         steps, returns = zip(*rows[seed], strict=True)
-        run = _make_run(config["env"], f"{name or run_dir.name}/seed{seed}", steps, returns,
+        run = make_run(config["env"], f"{name or run_dir.name}/seed{seed}", steps, returns,
                         f"{run_dir / 'eval.csv'} seed {seed}", config, run_dir / "config.json")
         if run is not None and diverged is not None:
             step, bad = diverged.get("env_step"), diverged.get("seed")
@@ -146,11 +146,11 @@ def _read_diverged(run_dir: Path) -> dict | None:
     if not isinstance(record, dict):
         raise AggregationError(f"{path}: expected a JSON object with env_step and seed")
     try:  # as the trainer writes them: whole numbers (a seed as eval.csv's are compared)
-        record["env_step"] = _env_step(str(record["env_step"]))
+        record["env_step"] = parse_env_step(str(record["env_step"]))
         if "seed" in record:
-            record["seed"] = int(_seed(str(record["seed"])))
+            record["seed"] = int(parse_seed(str(record["seed"])))
         if isinstance(record.get("seeds_stopped"), list):
-            record["seeds_stopped"] = [int(_seed(str(s))) for s in record["seeds_stopped"]]
+            record["seeds_stopped"] = [int(parse_seed(str(s))) for s in record["seeds_stopped"]]
     except (KeyError, ValueError):
         raise AggregationError(f"{path}: expected a JSON object with env_step and seed as "
                                f"whole numbers >= 0 (and seeds_stopped a list of them), got "

@@ -37,7 +37,7 @@ def canonical_task(name: str) -> str:
     return TASK_ALIASES.get(name, name)
 
 
-def _make_run(task: str, run_id: str, steps, returns, source: str, config=None,
+def make_run(task: str, run_id: str, steps, returns, source: str, config=None,
               config_source=None) -> Run | None:
     try:
         steps = np.asarray(steps, dtype=np.int64)
@@ -78,7 +78,7 @@ def reading(path: Path):
             from None
 
 
-def _env_step(text: str) -> int:
+def parse_env_step(text: str) -> int:
     """An env step as files write it ("5000", "5000.0", "5e3"); ValueError unless whole."""
     value = float(text)
     if not value.is_integer():
@@ -86,10 +86,10 @@ def _env_step(text: str) -> int:
     return int(value)
 
 
-def _seed(text: str) -> str:
+def parse_seed(text: str) -> str:
     """A seed as eval.csv spells it ("0", " 0", "0.0"), in one spelling: "0". ValueError
     unless a whole number >= 0, so that one seed never counts as several runs."""
-    value = _env_step(text)
+    value = parse_env_step(text)
     if value < 0:
         raise ValueError(f"seed {text} is negative")
     return str(value)

@@ -44,10 +44,10 @@ from experiment.checkpoint_arrays import (
 )
 from experiment.checkpoint_errors import (
     IO_FAILURES,
-    _io_failure,
-    _reason,
-    _shortened,
+    failure_reason,
+    io_failure,
     quiet_abandoned_reads,
+    shortened,
 )
 from experiment.rundir.record import CannotResume
 
@@ -253,13 +253,13 @@ class Checkpointer:
             except CheckpointMismatch:
                 raise
             except Exception as e:
-                reason = _reason(e)
+                reason = failure_reason(e)
                 if isinstance(reason, MemoryError) or "RESOURCE_EXHAUSTED" in str(reason):
                     raise CannotResume(f"restoring the checkpoint {self.at(step)} in "
                                        f"{self.directory} ran out of memory; it is kept, and the "
                                        "same command resumes from it on a machine with more "
                                        "free memory") from None
-                if _io_failure(reason):
+                if io_failure(reason):
                     raise CannotResume(f"reading the checkpoint {self.at(step)} in "
                                        f"{self.directory} failed ({type(reason).__name__}: "
                                        f"{reason}); it is kept, and the same command tries it "
@@ -278,7 +278,7 @@ class Checkpointer:
     def _set_aside(self, step: int, error: BaseException) -> None:
         """Move a checkpoint that cannot be read to corrupt_<step>, for inspection."""
         aside = os.path.join(self.directory, f"corrupt_{step}")
-        message = _shortened(str(error).splitlines()[0] if str(error) else "")
+        message = shortened(str(error).splitlines()[0] if str(error) else "")
         print(f"warning: checkpoint {self.at(step)} in {self.directory} cannot be "
               f"restored ({type(error).__name__}: {message}); moved to {aside}; trying the "
               "previous one", file=sys.stderr)

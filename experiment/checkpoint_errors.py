@@ -13,7 +13,7 @@ import orbax.checkpoint as ocp
 IO_FAILURES = ("RESOURCE_EXHAUSTED", "No space left", "PERMISSION_DENIED", "Input/output error")
 
 
-def _io_failure(error: Exception) -> bool:
+def io_failure(error: Exception) -> bool:
     """Whether a restore failed reading its files (I/O errors, permissions: try again later),
     not on their contents (corrupt, truncated or missing files). Tensorstore reports the OS
     error of a failed read as a ValueError with its os_error_code."""
@@ -75,7 +75,7 @@ def quiet_abandoned_reads() -> None:
         asyncio_logger.addFilter(_not_an_orbax_task_exception)
 
 
-def _shortened(text: str, most: int = 400) -> str:
+def shortened(text: str, most: int = 400) -> str:
     """`text`, its middle left out where it is longer than `most` characters: tensorstore's
     errors name the file's path at the start and what is wrong with it at the end."""
     if len(text) <= most:
@@ -83,7 +83,7 @@ def _shortened(text: str, most: int = 400) -> str:
     return f"{text[:most // 2 - 3]} ... {text[-(most // 2 - 2):]}"
 
 
-def _reason(error: BaseException) -> BaseException:
+def failure_reason(error: BaseException) -> BaseException:
     """The error that says what is wrong with a checkpoint's file: orbax wraps tensorstore's
     ("OUT_OF_RANGE: Error reading ... value of size 0") in one that names the array's index
     and prints its whole spec."""
