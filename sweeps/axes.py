@@ -24,12 +24,12 @@ from sweeps.run_flags import (
     SET_BY_SWEEP,
     TRAIN_FLAGS,
     SweepError,
-    _items,
     extra_settings,
+    listed,
 )
 
 
-def _name_part(key: str, value: str) -> str:
+def run_name_part(key: str, value: str) -> str:
     """A varied setting in a run name: `<label><value>` where its method gives it a label
     (interventions.setting(label=): clip's c is c2), else `<key>=<value>`."""
     label = registry.run_label(key)
@@ -161,11 +161,11 @@ def _axis_values(label: str, values: Any, kind: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(text for text in texts if text))
 
 
-def _vary(agent: str, vary: Any, clip_cs: Any, extra: Sequence[str],
+def vary_axes(agent: str, vary: Any, clip_cs: Any, extra: Sequence[str],
           chosen: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The grid's varied-setting axes (key, values), validated; clip_cs is the axis clip_c."""
     entries = [(key, values, f"--vary={key}") for key, values in _vary_entries(vary)]
-    if _items(clip_cs):
+    if listed(clip_cs):
         if any(key == CLIP_C for key, _, _ in entries):
             raise SweepError("--clip_cs and --vary=clip_c both give clip c values; give them "
                              "once (--clip_cs=1.5,2 is --vary=clip_c=1.5,2)")

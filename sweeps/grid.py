@@ -17,7 +17,7 @@ from continual.tasks import BENCHMARKS
 from envs import check_env_name
 from experiment.config import AGENT_DEFAULTS, MAX_SEEDS
 from interventions import registry
-from sweeps.axes import _vary, applies
+from sweeps.axes import applies, vary_axes
 from sweeps.jobspec import DEFAULT_SCRIPT_DIR, FLAG_FIELDS, JobSpec, job_flags
 from sweeps.run_flags import (
     CONTINUAL,
@@ -25,7 +25,7 @@ from sweeps.run_flags import (
     TRAIN_FLAGS,
     SweepError,
     _check_extra,
-    _items,
+    listed,
     split_extra,
 )
 
@@ -145,11 +145,11 @@ def resolve_envs(envs: str | Iterable[str] | None, presets: str | Iterable[str] 
     """Preset task lists then explicit env names (benchmarks for the continual agent),
     validated, duplicates dropped."""
     names: list[str] = []
-    for preset in _items(presets):
+    for preset in listed(presets):
         if preset not in PRESETS:
             raise SweepError(f"unknown preset {preset!r}; accepted: {', '.join(PRESETS)}")
         names.extend(PRESETS[preset])
-    names.extend(_items(envs))
+    names.extend(listed(envs))
     if not names:
         raise SweepError("no envs given; pass --envs=domain-task,... and/or --preset="
                          f"{'|'.join(PRESETS)}")
@@ -176,7 +176,7 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
     `interventions` and `utds` left None are the agent's run script defaults (SAC: none at UTD
     1; BRO: its resets at UTD 10); "all" among the interventions is none and every registered
     method; `vary` are axes of run-script settings, as KEY=V1,V2 strings or {key: values}
-    (`_vary`); `clip_cs` is the axis clip_c; `script_dir` holds run_<agent>.py (the repo's
+    (`vary_axes`); `clip_cs` is the axis clip_c; `script_dir` holds run_<agent>.py (the repo's
     launch/ by default).
     """
     unknown = sorted(set(train_flags) - set(TRAIN_FLAGS))
@@ -190,19 +190,19 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
     if utds is None:
         utds = str(default_utd)
     if agent == CONTINUAL:
-        if _items(utds) != ["1"]:
+        if listed(utds) != ["1"]:
             raise SweepError("the continual agent has no UTD; leave --utds out")
         given = sorted(name for name, value in train_flags.items() if value is not None)
         if given:
             raise SweepError(f"{', '.join(given)} are not settings of run_continual.py; give "
                              "its protocol flags (--num_tasks, --epochs, ...) after `--`")
-    values = [v for value in _items(interventions)
+    values = [v for value in listed(interventions)
               for v in (registry.names() if value == ALL else [value])]
     chosen = tuple(dict.fromkeys(_intervention(value) for value in values))
     if not chosen:
         raise SweepError(f"no interventions given; accepted: {', '.join(registry.names())}, "
                          "or methods joined by '+' (nap+clip)")
-    utd_values = tuple(dict.fromkeys(_int("utd", u, 1) for u in _items(utds)))
+    utd_values = tuple(dict.fromkeys(_int("utd", u, 1) for u in listed(utds)))
     if not utd_values:
         raise SweepError("no UTDs given; pass --utds=1,4,8 (integers >= 1)")
     flags = tuple((name, _int(name, value, 0 if name == "start_steps" else 1))
@@ -219,7 +219,7 @@ def make_grid(agent: str, envs: str | Iterable[str] | None = None,
     script = os.path.join(os.path.abspath(script_dir), f"run_{agent}.py")
     if not os.path.isfile(script):
         raise SweepError(f"run script {script} not found; --script_dir must hold run_{agent}.py")
-    axes = _vary(agent, vary, clip_cs, extra, chosen)
+    axes = vary_axes(agent, vary, clip_cs, extra, chosen)
     return Grid(agent=agent, envs=resolve_envs(envs, preset, agent), interventions=chosen,
                 utds=utd_values, seeds=seeds, first_seed=_int("first_seed", first_seed, 0),
                 seeds_per_job=seeds_per_job, train_flags=flags,

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from sweeps.axes import _name_part
-from sweeps.run_flags import CLIP_C, CONTINUAL, _items, extra_settings
+from sweeps.axes import run_name_part
+from sweeps.run_flags import CLIP_C, CONTINUAL, extra_settings, listed
 
 # The scripts (run_<agent>.py) lie in launch/ beside this package.
 DEFAULT_SCRIPT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -51,7 +51,7 @@ class JobSpec:
 
     @property
     def run_name(self) -> str:
-        settings = [_name_part(key, value) for key, value in self.settings]
+        settings = [run_name_part(key, value) for key, value in self.settings]
         utd = [] if self.agent == CONTINUAL else [f"utd{self.utd}"]
         return "-".join([self.intervention, *settings, *utd, f"seed{self.seed}"])
 
@@ -72,7 +72,7 @@ class JobSpec:
                  "seed": self.seed, "num_seeds": self.num_seeds, **dict(self.train_flags),
                  "logdir": logdir, "run_name": self.run_name, "resume": "auto"}
         given = {name: value for name, value, _ in extra_settings(self.extra)}
-        if "wandb" in _items(given.get("log_to")) and "wandb_group" not in given:
+        if "wandb" in listed(given.get("log_to")) and "wandb_group" not in given:
             flags["wandb_group"] = sweep_group(logdir)
         return [sys.executable, self.script, *(f"--{k}={v}" for k, v in flags.items()),
                 *self.extra]

@@ -23,7 +23,7 @@ class SweepError(ValueError):
     """A sweep setting that cannot work; the message is one line for the user."""
 
 
-def _items(value: str | Iterable[Any] | None) -> list[str]:
+def listed(value: str | Iterable[Any] | None) -> list[str]:
     """A comma-separated string or a sequence, as a list of stripped non-empty strings."""
     if value is None:
         return []
