@@ -38,16 +38,11 @@ def _init_absl_once() -> None:
         _ready = True
 
 
-def _point_log_handlers(moves: list[tuple]) -> None:
-    """Every logging.StreamHandler that writes to the first of a pair of `moves` writes to its
-    second (set directly: the stream it leaves may be closed)."""
+def _stream_handlers() -> list[logging.StreamHandler]:
     loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict
                                       .values() if isinstance(logger, logging.Logger))]
-    for logger in loggers:
-        for handler in logger.handlers:
-            if isinstance(handler, logging.StreamHandler):
-                handler.stream = next((new for old, new in moves if handler.stream is old),
-                                      handler.stream)
+    return [h for logger in loggers for h in logger.handlers
+            if isinstance(h, logging.StreamHandler)]
 
 
 @contextlib.contextmanager
@@ -66,9 +61,14 @@ def _captured_fds():
     os.dup2(files[0].fileno(), 1)
     os.dup2(files[1].fileno(), 2)
     sys.stdout, sys.stderr = streams
-    # A library's handler made with the process's stdout or stderr (submitit's, at its import)
-    # writes to the captured ones, as it would write to a run script's own.
-    _point_log_handlers([(sys.__stdout__, streams[0]), (sys.__stderr__, streams[1])])
+    # A library's log handler that writes to stdout or stderr (submitit's) writes to the
+    # captured ones, as it would in a run script's own process; set directly, not with
+    # setStream, which flushes the stream it leaves.
+    outs = {id(s): streams[0] for s in (saved_streams[0], sys.__stdout__)}
+    outs.update({id(s): streams[1] for s in (saved_streams[1], sys.__stderr__)})
+    moved = {h: h.stream for h in _stream_handlers() if id(h.stream) in outs}
+    for handler in moved:
+        handler.stream = outs[id(handler.stream)]
 
     def texts() -> tuple[str, str]:
         out = []
@@ -85,7 +85,11 @@ def _captured_fds():
             with contextlib.suppress(Exception):
                 stream.flush()
         sys.stdout, sys.stderr = saved_streams
-        _point_log_handlers([(streams[0], sys.__stdout__), (streams[1], sys.__stderr__)])
+        for handler, stream in moved.items():
+            handler.stream = stream
+        for handler in _stream_handlers():  # one the script made writes where the process does
+            if handler.stream in streams:
+                handler.stream = (sys.__stdout__, sys.__stderr__)[streams.index(handler.stream)]
         os.dup2(saved_fds[0], 1)
         os.dup2(saved_fds[1], 2)
         for fd in saved_fds:
