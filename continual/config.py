@@ -64,27 +64,10 @@ class _ContinualConfig(RunSettings):
     optimizer: str = "adam"
     learning_rate: float = DEFAULT_LEARNING_RATE
     weight_decay: float = 0.0  # decoupled (AdamW with adam)
-    seed: int = 0
-    num_seeds: int = 1
-    intervention: str = "none"
     intervention_every: int = 1  # tasks between events (1: at every task boundary)
     event_opt_state: str = "method"  # interventions.EVENT_OPT_STATES
     checkpoint_every: int = 10  # tasks
-    diagnostics: bool = True
     diagnostics_every: int = 1  # tasks
-    diagnostics_batch_size: int = 0  # 0: batch_size
-    dormant_taus: tuple[float, ...] = (0.0, 0.025)
-    srank_threshold: float = 0.99
-    logdir: str = "runs"
-    run_name: str = ""
-    resume: str = "auto"
-    progress: bool = True
-    # Dashboards (experiment/dashboards.py), as for RL runs: how a run is watched
-    log_to: tuple[str, ...] = ()
-    wandb_project: str = ""
-    wandb_entity: str = ""
-    wandb_group: str = ""
-    wandb_mode: str = "online"
 
     @property
     def benchmark(self):

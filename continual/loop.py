@@ -121,7 +121,7 @@ def memory_parts(cfg: ContinualConfig, learner: Learner, plan: Plan,
              seeds * sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)),
              "--batch_size": STEP_ACTIVATION_COPIES * protocol.batch_size * one}
     if cfg.diagnostics:
-        size = cfg.diagnostics_batch_size or cfg.batch_size
+        size = cfg.diagnostics_batch
         parts["--diagnostics_batch_size" if cfg.diagnostics_batch_size else "--batch_size (the "
               "diagnostics' batch)"] = size * one
     if plan.event is not None and plan.event.method.data_shape is not None:
@@ -299,7 +299,7 @@ class ContinualRun:
 
     def log_diagnostics(self, progress: Progress, number: int) -> dict:
         """The diagnostics after task `number`, written to diagnostics.csv and returned."""
-        size = self.cfg.diagnostics_batch_size or self.cfg.batch_size
+        size = self.cfg.diagnostics_batch
         batch = self.examples(number, DIAGNOSTICS, size)
         values = jax.device_get(self.diagnose(progress.states, batch))
         self.files.write_rows("diagnostics.csv", diag.rows(number, self.cfg.seeds, values))

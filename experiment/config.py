@@ -40,9 +40,34 @@ def with_method_settings(cls: type) -> type:
                                                  "__module__": cls.__module__})
 
 
+@dataclasses.dataclass(frozen=True)
 class RunSettings:
-    """What the settings of RL and continual runs (TrainConfig, ContinualConfig) derive alike
-    from their fields seed, num_seeds, intervention and the methods' settings."""
+    """The settings RL and continual runs (TrainConfig, ContinualConfig) share: the seeds, the
+    intervention, the diagnostics, and where a run is kept, resumed and watched."""
+
+    seed: int = 0
+    num_seeds: int = 1
+    intervention: str = "none"  # registered methods joined by "+" (interventions.registry)
+    diagnostics: bool = True
+    dormant_taus: tuple[float, ...] = (0.0, 0.025)  # interventions.diagnostics.DORMANT_TAUS
+    srank_threshold: float = 0.99  # interventions.diagnostics.SRANK_THRESHOLD
+    diagnostics_batch_size: int = 0  # 0: batch_size
+    logdir: str = "runs"
+    run_name: str = ""
+    resume: str = "auto"
+    progress: bool = True
+    # Dashboards (experiment/dashboards.py), on top of the CSV files; settings of how a run is
+    # watched, not of what it computes (a resume may change them).
+    log_to: tuple[str, ...] = ()
+    wandb_project: str = ""
+    wandb_entity: str = ""
+    wandb_group: str = ""
+    wandb_mode: str = "online"
+
+    @property
+    def diagnostics_batch(self) -> int:
+        """Examples in the diagnostics' batch (--diagnostics_batch_size=0: the run's batch_size)."""
+        return self.diagnostics_batch_size or self.batch_size
 
     @property
     def seeds(self) -> list[int]:
@@ -66,8 +91,6 @@ class _TrainConfig(RunSettings):
 
     agent: str = "sac"
     env: str = "cheetah-run"
-    seed: int = 0
-    num_seeds: int = 1
     utd: int = 1
     batch_size: int = 256
     max_steps: int = 1_000_000
@@ -78,35 +101,14 @@ class _TrainConfig(RunSettings):
     eval_episodes: int = 10
     eval_seed_offset: int = 42  # eval env of seed s: seed s + offset
     log_every: int = 1_000
-    diagnostics: bool = True
-    dormant_taus: tuple[float, ...] = (0.0, 0.025)  # interventions.diagnostics.DORMANT_TAUS
-    srank_threshold: float = 0.99  # interventions.diagnostics.SRANK_THRESHOLD
-    diagnostics_batch_size: int = 0  # 0: batch_size
-    logdir: str = "runs"
-    run_name: str = ""
-    intervention: str = "none"  # registered methods joined by "+" (interventions.registry)
     intervention_every: int = 200_000
     intervention_unit: str = "env_steps"  # of intervention_every: env_steps or grad_steps
     intervention_steps: tuple[int, ...] = ()
     checkpoint_every: int = 50_000
     keep_final_buffer: bool = False
-    resume: str = "auto"
-    progress: bool = True
-    # Dashboards (experiment/dashboards.py), on top of the CSV files; settings of how a run is
-    # watched, not of what it computes (a resume may change them).
-    log_to: tuple[str, ...] = ()
-    wandb_project: str = ""
-    wandb_entity: str = ""
-    wandb_group: str = ""
-    wandb_mode: str = "online"
     # Throughput (docs/performance-gpu.md): the simulator the envs run in, and where replay lives.
     env_backend: str = "dm_control"
     replay_on_device: bool = False
-
-    @property
-    def diagnostics_batch(self) -> int:
-        """Transitions in the diagnostics' replay batch (--diagnostics_batch_size=0: batch_size)."""
-        return self.diagnostics_batch_size or self.batch_size
 
     @property
     def name(self) -> str:
