@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,10 @@ from agents.sac import SACConfig
 from experiment import ctrl_c, runner, train
 from experiment.config import TrainConfig
 from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
+
+# One worker runs this module (`--dist=loadgroup`, pytest.ini), so that the runs its module
+# fixtures make (uninterrupted, killed_while_saving) are made once.
+pytestmark = pytest.mark.xdist_group("test_resume")
 
 # 2 seeds, UTD 2, 125-step episodes (action repeat 8), a checkpoint at every episode end, and
 # the intervention at step 450, after any resume point the kills below can produce (250 at
@@ -65,6 +70,25 @@ def uninterrupted(tmp_path_factory):
         return cache[intervention]
 
     return returns_of
+
+
+@pytest.fixture(scope="module")
+def killed_while_saving(tmp_path_factory):
+    """`into(tmp_path, args)`: the args with --logdir=tmp_path, where a copy of their run
+    SIGKILLed while writing its third checkpoint now lies (125 and 250 complete, 375
+    half-written). Each setting's run is killed once per module; a copy is a killed run
+    moved to another folder, which resumes as where it was (config.json's logdir aside)."""
+    killed = {}
+
+    def into(tmp_path, args) -> list[str]:
+        if tuple(args) not in killed:
+            logdir = tmp_path_factory.mktemp("killed")
+            kill_while_saving([*args, f"--logdir={logdir}"], 3)
+            killed[tuple(args)] = logdir
+        shutil.copytree(killed[tuple(args)], tmp_path, dirs_exist_ok=True)
+        return [*args, f"--logdir={tmp_path}"]
+
+    return into
 
 
 def kill_while_saving(args, nth: int, env=None):
@@ -162,10 +186,10 @@ def test_sigterm_checkpoints_at_the_next_episode_end_then_resume_is_bit_identica
 
 
 @pytest.mark.slow
-def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(uninterrupted, tmp_path):
+def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(uninterrupted, tmp_path,
+                                                                         killed_while_saving):
     intervention = "clip"
-    args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
-    kill_while_saving(args, 3)
+    args = killed_while_saving(tmp_path, [*ARGS, f"--intervention={intervention}"])
     checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
     assert sorted(os.listdir(checkpoints)) == ["125", "250", "375.orbax-checkpoint-tmp"]
     resumed = run("run_sac.py", *args)
@@ -175,10 +199,10 @@ def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(uninter
 
 
 @pytest.mark.slow
-def test_corrupt_latest_checkpoint_falls_back_to_previous(uninterrupted, tmp_path):
+def test_corrupt_latest_checkpoint_falls_back_to_previous(uninterrupted, tmp_path,
+                                                          killed_while_saving):
     intervention = "clip"
-    args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
-    kill_while_saving(args, 3)
+    args = killed_while_saving(tmp_path, [*ARGS, f"--intervention={intervention}"])
     latest = run_dir(tmp_path, intervention) / "checkpoints" / "250"
     for root, _, files in os.walk(latest / "device"):
         for name in files:
@@ -213,11 +237,11 @@ def test_asyncio_errors_of_tasks_nobody_awaited_stay_out_of_a_runs_stderr(monkey
 
 
 @pytest.mark.slow
-def test_when_no_checkpoint_restores_the_logs_are_kept_and_a_relaunch_refuses(tmp_path):
+def test_when_no_checkpoint_restores_the_logs_are_kept_and_a_relaunch_refuses(
+        tmp_path, killed_while_saving):
     """Every checkpoint unreadable: the run stops with one line and keeps its logs; a later
     launch must not take the directory for a fresh one (that would overwrite the logs)."""
-    args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
-    kill_while_saving(args, 3)
+    args = killed_while_saving(tmp_path, NO_INTERVENTION)
     directory = run_dir(tmp_path, "none")
     for root, _, files in os.walk(directory / "checkpoints" / "125" / "device"):
         for name in files:
@@ -237,11 +261,10 @@ def test_when_no_checkpoint_restores_the_logs_are_kept_and_a_relaunch_refuses(tm
 
 
 @pytest.mark.slow
-def test_a_log_shorter_than_its_checkpoint_stops_the_resume(tmp_path):
+def test_a_log_shorter_than_its_checkpoint_stops_the_resume(tmp_path, killed_while_saving):
     """After a machine crash a log could hold fewer bytes than the checkpoint counted; resuming
     must not pad it (with zero bytes) into rows that were never written."""
-    args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
-    kill_while_saving(args, 3)
+    args = killed_while_saving(tmp_path, NO_INTERVENTION)
     train_csv = run_dir(tmp_path, "none") / "train.csv"
     os.truncate(train_csv, os.path.getsize(train_csv) // 2)
     proc = run("run_sac.py", *args, check=False)
@@ -556,13 +579,12 @@ def damage(checkpoint, part):
 @pytest.mark.slow
 @pytest.mark.parametrize("part", ["device", "host", "meta"])
 def test_a_checkpoint_whose_bytes_changed_is_set_aside_and_the_run_resumes_before_it(
-        uninterrupted, tmp_path, part):
+        uninterrupted, tmp_path, part, killed_while_saving):
     """A byte flipped on disk in the newest checkpoint, file sizes kept: restored, it would
     train on other numbers (or a NaN blamed on training). Its digests name it, it is moved
     aside, and the run resumes from the checkpoint before it, exactly."""
     intervention = "clip"
-    args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
-    kill_while_saving(args, 3)
+    args = killed_while_saving(tmp_path, [*ARGS, f"--intervention={intervention}"])
     checkpoints = run_dir(tmp_path, intervention) / "checkpoints"
     damage(checkpoints / "250", part)
     resumed = run("run_sac.py", *args)
