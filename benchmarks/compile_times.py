@@ -17,7 +17,8 @@ seeds), each method's in a process of its own: the first call of its init, task,
 and event (of each of --methods) against a later call; the difference, the compilation, also in
 task calls.
 (4) agents: the seed-vmapped init and UTD update of SAC (humanoid's dimensions) and BRO (dog's),
-4 seeds, UTD 2, batch 128: lowering and compiling each.
+4 seeds, UTD 2, batch 128: tracing, lowering and compiling each (the update's tracing also
+on its own: the part of a run's start that JAX's persistent compilation cache cannot save).
 
 Compile times are the least of --repeats compilations (each after jax.clear_caches()) where the
 part compiles a function alone, or one first call where it runs a whole run's calls.
@@ -200,13 +201,17 @@ def agents_part() -> Rows:
         batches = random_batches(4, 2, 128, obs_dim, act_dim)
         update = jax.jit(jax.vmap(agent.update), donate_argnums=0)
         start = time.perf_counter()
-        update.lower(states, batches).compile()
+        traced = update.trace(states, batches)
+        trace_seconds = time.perf_counter() - start
+        traced.lower().compile()
         update_seconds = time.perf_counter() - start
         print(f"{name}: init compiles in {init_seconds:.2f} s, the UTD update in "
-              f"{update_seconds:.2f} s")
+              f"{update_seconds:.2f} s ({trace_seconds:.2f} s of it tracing)")
         what = f"{name}, obs {obs_dim}, act {act_dim}, 4 seeds"
         rows += [(f"{what}, init, compile", init_seconds, "s"),
-                 (f"{what}, UTD 2 update at batch 128, compile", update_seconds, "s")]
+                 (f"{what}, UTD 2 update at batch 128, compile", update_seconds, "s"),
+                 (f"{what}, UTD 2 update at batch 128, tracing (part of compile)",
+                  trace_seconds, "s")]
     return rows
 
 
