@@ -19,12 +19,16 @@ float32 rounding (the benchmarks named below time them; benchmarks/results.csv h
 
 On any other backend `Dense` and `LayerNorm` compute what flax's layers compute, gradients
 included (`jax.lax.platform_dependent`, resolved when the computation is lowered, so a GPU's
-compiler never sees the CPU rules, which compile slowly there for many seeds).
+compiler never sees the CPU rules, which compile slowly there for many seeds). A process whose
+default backend is the CPU traces the CPU rules alone: `platform_dependent` traces both branches
+of every layer, about half of an update's tracing (`python benchmarks/compile_times.py
+--parts=agents`, its tracing row).
 
 The gradients are `jax.custom_vjp` rules, so reverse mode (jax.grad, grad of grad, and
 jax.hessian's forward-over-reverse) goes through these layers; pure forward mode (jax.jvp,
-jax.jacfwd) does not, on any backend (both branches are traced): `dense_cls(flax_layers=True)`
-and the agents' `flax_layers` setting give flax's own Dense and LayerNorm (the same parameters).
+jax.jacfwd) does not, on any backend (where a GPU is the default, both branches are traced):
+`dense_cls(flax_layers=True)` and the agents' `flax_layers` setting give flax's own Dense and
+LayerNorm (the same parameters).
 
 `dense_heads` computes several Dense layers on the same input (a policy's mean and log-std
 heads) as one product, each keeping its own parameters.
@@ -156,7 +160,15 @@ def _on_cpu(custom: Callable, plain: Callable, *args: jax.Array) -> jax.Array:
     """`custom(*args)` (the same forward as `plain`, with the gradient rules above) where the
     computation runs on a CPU, `plain(*args)` (autodiff's gradients, as flax's layers)
     elsewhere; see the module notes."""
+    if default_is_cpu():
+        return custom(*args)
     return jax.lax.platform_dependent(*args, cpu=custom, default=plain)
+
+
+def default_is_cpu() -> bool:
+    """Whether this process computes on the CPU by default (no GPU or TPU backend comes first);
+    its layers then trace the CPU rules alone (see the module notes)."""
+    return jax.default_backend() == "cpu"
 
 
 def _kernel_and_bias(layer: nn.Module, fan_in: int, use_bias: bool = True):

@@ -10,6 +10,7 @@ import jax.test_util
 import numpy as np
 import pytest
 
+from networks import layers
 from networks.layers import (
     Dense,
     DenseParams,
@@ -220,10 +221,12 @@ def _gradient_ops(block: nn.Module, x: jax.Array, platform: str) -> collections.
 
 
 @pytest.mark.parametrize("rows", [2, 64])  # Dense_1 input gradient on a CPU: both forms
-def test_other_backends_get_flax_gradients(rows):
+def test_other_backends_get_flax_gradients(rows, monkeypatch):
     """Lowered for a GPU, the gradient has flax's products and reductions and none of the CPU
     rules (row-slice sums, the input and kernel gradients' barriers); lowered for a CPU, it has
-    them: the CPU rules compile slowly on a GPU for many seeds (networks/layers.py)."""
+    them: the CPU rules compile slowly on a GPU for many seeds (networks/layers.py). As in a
+    process whose default backend is a GPU (this one's is the CPU's)."""
+    monkeypatch.setattr(layers, "default_is_cpu", lambda: False)
     x = jnp.ones((rows, 11))
     ours, theirs = _gradient_ops(Block(True), x, "cuda"), _gradient_ops(Block(False), x, "cuda")
     for op in ("dot_general", "reduce", "slice", "optimization_barrier"):
@@ -233,3 +236,25 @@ def test_other_backends_get_flax_gradients(rows):
     assert on_cpu["slice"] > 0 and on_cpu["reduce"] < theirs["reduce"]
     # Dense_1's input gradient (either form) and its kernel gradient (3 outputs from 32 inputs)
     assert on_cpu["optimization_barrier"] == 2, on_cpu
+
+
+def test_a_cpu_process_traces_the_cpu_rules_alone(monkeypatch):
+    """With the CPU as the default backend nothing else can run the computation, so the layers
+    trace no platform-dependent choice (which traces both branches): the same gradients."""
+    x, block = jnp.ones((4, 11)), Block(True)
+    params = block.init(jax.random.key(0), x)
+
+    def grad():
+        return jax.jit(jax.grad(lambda p: jnp.sum(jnp.sin(block.apply(p, x)))))
+
+    assert layers.default_is_cpu() == (jax.default_backend() == "cpu")
+    monkeypatch.setattr(layers, "default_is_cpu", lambda: True)
+    alone = grad()
+    assert "platform_index" not in str(alone.trace(params).jaxpr)
+    monkeypatch.setattr(layers, "default_is_cpu", lambda: False)
+    both = grad()
+    assert "platform_index" in str(both.trace(params).jaxpr)
+    if jax.default_backend() == "cpu":
+        for a, b in zip(jax.tree.leaves(alone(params)), jax.tree.leaves(both(params)),
+                        strict=True):
+            np.testing.assert_array_equal(a, b)
