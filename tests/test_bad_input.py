@@ -6,8 +6,6 @@ import fcntl
 import json
 import os
 import re
-import subprocess
-import sys
 
 import jax
 import pytest
@@ -15,7 +13,7 @@ import pytest
 from agents import make_agent
 from agents.bro_state import BROConfig
 from agents.sac import SACConfig
-from experiment import resources, step_fns
+from experiment import resources, step_fns, train
 from experiment.config import ConfigError, TrainConfig
 from experiment.rundir.lock import lock_run_dir
 from experiment.rundir.record import config_record, write_json
@@ -27,7 +25,8 @@ from experiment.setting_warnings import (
     seed_warning,
     unused_flags_warning,
 )
-from tests.helpers.runs import FAST_SAC, REPO, run, script
+from replay import buffer
+from tests.helpers.runs import FAST_SAC, run, run_patched
 
 CASES = {
     "unknown env": (["--env=humanoid-stnd"], "did you mean 'humanoid-stand'?"),
@@ -223,16 +222,13 @@ def test_a_run_directory_too_long_for_its_checkpoints_is_refused_before_training
 
 
 @pytest.mark.slow
-def test_running_out_of_memory_is_one_line_naming_the_buffer(tmp_path):
+def test_running_out_of_memory_is_one_line_naming_the_buffer(tmp_path, monkeypatch):
     """numpy's MemoryError building the buffer (a --buffer_capacity too large for the RAM)."""
-    code = ("import runpy, sys, replay.buffer as b\n"
-            "def full(*a, **k): raise MemoryError('Unable to allocate 37.3 GiB')\n"
-            "b.ReplayBuffer.__init__ = full\n"
-            "sys.argv = sys.argv[1:]\n"
-            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
-    proc = subprocess.run([sys.executable, "-c", code, script("run_sac.py"), *FAST_SAC,
-                           f"--logdir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+    def full(*args, **kwargs):
+        raise MemoryError("Unable to allocate 37.3 GiB")
+
+    monkeypatch.setattr(buffer.ReplayBuffer, "__init__", full)
+    proc = run_patched("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: out of memory (Unable to allocate 37.3 GiB); the replay buffer holds "
@@ -260,17 +256,13 @@ def test_networks_too_large_for_memory_are_refused_before_anything_compiles(tmp_
 @pytest.mark.slow
 @pytest.mark.skipif(jax.default_backend() != "cpu",
                     reason="on a GPU XLA can compile these networks for minutes before failing")
-def test_an_allocation_that_fails_while_training_is_one_line_naming_what_sets_its_size(tmp_path):
+def test_an_allocation_that_fails_while_training_is_one_line_naming_what_sets_its_size(
+        tmp_path, monkeypatch):
     """XLA's failed allocation (JaxRuntimeError) where the device's memory is not known, so the
     state's size is not checked first."""
-    code = ("import runpy, sys, experiment.resources as r\n"
-            "r.device_memory_bytes = lambda device: None\n"
-            "sys.argv = sys.argv[1:]\n"
-            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
-    proc = subprocess.run([sys.executable, "-c", code, script("run_sac.py"), *FAST_SAC,
-                           "--hidden_dim=100000000", "--max_steps=300", "--start_steps=100",
-                           f"--logdir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    monkeypatch.setattr(resources, "device_memory_bytes", lambda device: None)
+    proc = run_patched("run_sac.py", *FAST_SAC, "--hidden_dim=100000000", "--max_steps=300",
+                       "--start_steps=100", f"--logdir={tmp_path}")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert re.match(r"error: out of memory on the CPU \(", last), last
@@ -339,17 +331,13 @@ def test_the_memory_check_counts_buffer_envs_states_and_process_before_building_
 
 
 @pytest.mark.slow
-def test_a_run_too_large_for_the_hosts_memory_is_refused_before_its_envs_are_built(tmp_path):
+def test_a_run_too_large_for_the_hosts_memory_is_refused_before_its_envs_are_built(
+        tmp_path, monkeypatch):
     """1,000 seeds' envs alone are more than 2 GiB, the memory this run is given."""
-    code = ("import runpy, sys, experiment.resources as r, experiment.train as t\n"
-            "r.device_memory_bytes = lambda device: 2**31\n"
-            "t.make_vector_env = None  # building the envs would fail\n"
-            "sys.argv = sys.argv[1:]\n"
-            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
-    proc = subprocess.run([sys.executable, "-c", code, script("run_sac.py"), *FAST_SAC,
-                           "--num_seeds=1000", "--buffer_capacity=1000", "--eval_seed_offset=1000",
-                           f"--logdir={tmp_path}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    monkeypatch.setattr(resources, "device_memory_bytes", lambda device: 2**31)
+    monkeypatch.setattr(train, "make_vector_env", None)  # building the envs would fail
+    proc = run_patched("run_sac.py", *FAST_SAC, "--num_seeds=1000", "--buffer_capacity=1000",
+                       "--eval_seed_offset=1000", f"--logdir={tmp_path}")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"error: out of memory: the run needs about [\d.,]+ GiB of host memory, "
@@ -627,16 +615,15 @@ def test_a_run_directory_in_use_or_with_an_unreadable_config_is_refused(tmp_path
 
 
 @pytest.mark.slow
-def test_a_full_disk_while_training_is_one_line_and_exit_1(tmp_path):
+def test_a_full_disk_while_training_is_one_line_and_exit_1(tmp_path, monkeypatch):
     """The checkpoint write fails as on a full disk: one line saying how to resume."""
-    patched = ("import runpy, sys; from experiment import train\n"
-               "def full(*args): raise OSError(28, 'No space left on device')\n"
-               "train.Trainer.save = full\n"
-               "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')\n")
-    args = [*FAST_SAC, f"--logdir={tmp_path}", "--hidden_dim=8", "--max_steps=300",
-            "--start_steps=100", "--eval_every=300", "--action_repeat=8"]
-    proc = subprocess.run([sys.executable, "-c", patched, script("run_sac.py"), *args],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(train.Trainer, "save", full)
+    proc = run_patched("run_sac.py", *FAST_SAC, f"--logdir={tmp_path}", "--hidden_dim=8",
+                       "--max_steps=300", "--start_steps=100", "--eval_every=300",
+                       "--action_repeat=8")
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(

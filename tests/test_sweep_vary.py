@@ -6,8 +6,8 @@ launch/compare_continual.py passing its --vary, --group_by and --settings on."""
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -17,7 +17,7 @@ from sweeps.grid import check_seed_overlap, expand, load_grid_file, make_grid
 from sweeps.jobspec import JobSpec, job_flags
 from sweeps.run_flags import SweepError
 from sweeps.state import Status
-from tests.helpers.runs import run
+from tests.helpers.runs import run, run_patched
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "random_label_digits"
@@ -325,23 +325,19 @@ def test_the_sweep_command_line_takes_repeated_vary_flags(tmp_path):
     assert not (tmp_path / ".sweep").exists()
 
 
-COMPARE = """
-import sys
-from absl import app
-from launch import compare_continual
-def run(args):
-    print(' '.join(args[1:]))
-    return 0
-compare_continual._run = run
-app.run(compare_continual.main, argv=['compare_continual.py', *sys.argv[1:]],
-        flags_parser=compare_continual.one_line_flag_parser())
-"""
-
-
 def compare(*args: str) -> subprocess.CompletedProcess:
-    """launch/compare_continual.py with its commands printed, not run."""
-    return subprocess.run([sys.executable, "-c", COMPARE, *args], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
+    """launch/compare_continual.py (in this process) with the sweep and aggregation commands it
+    would start printed, not run."""
+    start = subprocess.run
+
+    def printed(command, *rest, **options):
+        if Path(command[1]).name not in ("sweep.py", "aggregate_continual.py"):
+            return start(command, *rest, **options)
+        print(" ".join(command[2:]))
+        return subprocess.CompletedProcess(command, 0)
+
+    with mock.patch.object(subprocess, "run", printed):
+        return run_patched("compare_continual.py", *args, cwd=ROOT)
 
 
 def test_compare_continual_passes_vary_group_by_and_settings_on(tmp_path):

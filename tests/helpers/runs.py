@@ -55,6 +55,14 @@ def run(name: str, *args: str, check: bool = True, timeout: float = 300, env=Non
     return proc
 
 
+def run_patched(name: str, *args: str, cwd=REPO) -> subprocess.CompletedProcess:
+    """`run(name, *args, check=False)` always in this process (TESTS_IN_PROCESS aside), for a
+    test that patches the project's functions the script calls (with pytest's monkeypatch)."""
+    from tests.helpers.inprocess import run_script
+
+    return run_script(script(name), list(args), cwd=str(cwd))
+
+
 def read_csv(path: str) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
