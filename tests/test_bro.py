@@ -17,7 +17,7 @@ from agents import bro, bro_state, make_agent
 from interventions import replace_parts
 from networks import tanh_gaussian_log_prob
 from tests.helpers import batches
-from tests.helpers.runs import REPO, read_csv, run
+from tests.helpers.runs import FAST_COMPILE, REPO, read_csv, run
 from tests.helpers.trees import numeric_leaves
 
 OBS, ACT = 5, 3
@@ -346,19 +346,15 @@ STEPS = (30, 50)
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """One tiny run per --intervention. Compile time dominates these runs, so XLA optimises
-    less and later runs reuse the first one's compiled programs from a persistent cache."""
+    less (FAST_COMPILE); later runs reuse the first one's compiled programs from the tests'
+    persistent cache (tests/conftest.py)."""
     logdir = tmp_path_factory.mktemp("bro")
-    cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax_cache")),
-             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-             "XLA_FLAGS": "--xla_backend_optimization_level=0 "
-                          "--xla_llvm_disable_expensive_passes=true"}
     out = {}
     for intervention in ("reset", "clip", "none"):
         schedule = ([f"--intervention_steps={STEPS[0]},{STEPS[1]}"] if intervention != "none"
                     else ["--dormant_taus=0,0.5", "--srank_threshold=0.5"])
         proc = run("run_bro.py", *TINY, *schedule, f"--intervention={intervention}",
-                   f"--logdir={logdir}", env=cache)
+                   f"--logdir={logdir}", env=FAST_COMPILE)
         run_dir = logdir / "bro" / "cartpole-balance" / f"{intervention}-utd2-seed0"
         out[intervention] = (run_dir, proc.stderr)
     return out

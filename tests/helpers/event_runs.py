@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
+from tests.helpers.runs import FAST_COMPILE, FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 from tests.test_resume import assert_bit_identical, returns
 
 # 2 seeds, UTD 2, 125-step episodes, a checkpoint at every episode end; events at 200 (before
@@ -21,9 +21,6 @@ BRO = ["--env=cartpole-balance", "--critic_width=16", "--critic_depth=1", "--act
        "--eval_episodes=1", "--progress=false", "--num_seeds=2", "--utd=2", "--batch_size=16",
        "--max_steps=60", "--start_steps=20", "--eval_every=30", "--log_every=20",
        "--checkpoint_every=1000", f"--intervention_steps={','.join(map(str, BRO_STEPS))}"]
-# Compile time dominates these runs: XLA optimises less (as tests/test_bro.py's runs do).
-BRO_ENV = {"XLA_FLAGS": "--xla_backend_optimization_level=0 "
-                        "--xla_llvm_disable_expensive_passes=true"}
 METRICS = {"fro_change", "cond_before", "cond_after"}
 
 
@@ -72,6 +69,6 @@ def sac_resumes_bit_identically(tmp_path, intervention: str, *extra: str) -> dic
 def bro_events(tmp_path, intervention: str, *extra: str) -> dict:
     """Run run_bro.py with the intervention; its event report."""
     run("run_bro.py", *BRO, f"--intervention={intervention}", *extra, f"--logdir={tmp_path}",
-        env=BRO_ENV)
+        env=FAST_COMPILE)
     return event_report(run_dir(tmp_path, "bro", "cartpole-balance", intervention), intervention,
                         BRO_STEPS)
