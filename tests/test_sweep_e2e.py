@@ -3,12 +3,15 @@ seed, a few hundred steps), end to end through launch/aggregate.py, as a user ty
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import scipy.stats
+
+from tests.helpers.runs import run
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
 
@@ -28,7 +31,9 @@ def test_sac_sweep_runs_every_job_and_aggregates_by_intervention_and_utd(tmp_pat
         [sys.executable, str(ROOT / "launch" / "sweep.py"), f"--logdir={logdir}", "--agent=sac",
          f"--envs={','.join(ENVS)}", f"--interventions={','.join(INTERVENTIONS)}", "--seeds=1",
          "--max_parallel=2", "--max_steps=400", "--start_steps=200", "--eval_every=200",
-         "--checkpoint_every=200", "--eval_episodes=1", f"--compilation_cache={tmp_path / 'jax'}",
+         "--checkpoint_every=200", "--eval_episodes=1",
+         # the tests' cache (tests/conftest.py): its programs compiled once, not in every sweep
+         f"--compilation_cache={os.environ['JAX_COMPILATION_CACHE_DIR']}",
          "--poll_s=0.5", "--", "--hidden_dim=32", "--progress=false", "--log_every=200",
          "--intervention_every=200", "--clip_c=1.2"],
         capture_output=True, text=True, timeout=400, cwd=tmp_path)
@@ -47,12 +52,8 @@ def test_sac_sweep_runs_every_job_and_aggregates_by_intervention_and_utd(tmp_pat
             final.setdefault(intervention, []).append(float(rows[-1]["return"]))
 
     out = tmp_path / "aggregate"
-    agg = subprocess.run(
-        [sys.executable, str(ROOT / "launch" / "aggregate.py"), f"--runs={logdir}",
-         "--group_by=intervention,utd", "--step=400", "--reps=500", "--curve_reps=100",
-         f"--out={out}", "--progress=false"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert agg.returncode == 0, agg.stderr
+    agg = run("aggregate.py", f"--runs={logdir}", "--group_by=intervention,utd", "--step=400",
+              "--reps=500", "--curve_reps=100", f"--out={out}", "--progress=false", cwd=tmp_path)
     for intervention in INTERVENTIONS:
         assert f"| intervention={intervention},utd=1 |" in agg.stdout
     iqm = {r["algorithm"]: float(r["estimate"]) for r in read_csv(out / "aggregates.csv")
