@@ -256,6 +256,7 @@ def test_sweep_grid_of_continual_methods_tasks_and_c_values(tmp_path):
         assert all(w in str(e.value) for w in words), str(e.value)
 
 
+@pytest.mark.slow  # processes of its own, seconds each
 def test_the_comparison_of_an_unknown_benchmark_stops_with_the_sweeps_one_line(tmp_path):
     proc = run("compare_continual.py", "--tasks=permuted_digitz", f"--logdir={tmp_path}",
                check=False)

@@ -5,11 +5,13 @@ import logging
 import signal
 import sys
 
+import pytest
 from absl import flags
 
 from tests.helpers.runs import run
 
 
+@pytest.mark.slow  # processes of its own, seconds each
 def test_a_script_in_process_answers_as_its_own_process(tmp_path):
     for args in (["--help"], ["--env=cheetah-rnu"], ["--num_seeds=0"], ["stray"]):
         inside = run("run_sac.py", *args, f"--logdir={tmp_path}", check=False, separate=False)

@@ -468,6 +468,7 @@ def _ctrl_c_inside_c_code():
                           "exception set") from e
 
 
+@pytest.mark.slow  # processes of its own, seconds each
 def test_an_error_c_code_made_of_a_ctrl_c_is_answered_as_the_ctrl_c():
     with pytest.raises(KeyboardInterrupt) as raised:
         with ctrl_c.as_interrupt():
