@@ -76,8 +76,8 @@ def uninterrupted(tmp_path_factory):
 def killed_while_saving(tmp_path_factory):
     """`into(tmp_path, args)`: the args with --logdir=tmp_path, where a copy of their run
     SIGKILLed while writing its third checkpoint now lies (125 and 250 complete, 375
-    half-written). Each setting's run is killed once per module; a copy is a killed run
-    moved to another folder, which resumes as where it was (config.json's logdir aside)."""
+    half-written). Each setting's run is killed once per module and copied: a resume ignores
+    config.json's logdir, so a moved run resumes as it would have where it was."""
     killed = {}
 
     def into(tmp_path, args) -> list[str]:
