@@ -17,6 +17,7 @@ from agents import bro, bro_state, make_agent
 from interventions import replace_parts
 from networks import tanh_gaussian_log_prob
 from tests.helpers import batches
+from tests.helpers.fixtures import shared_fixture
 from tests.helpers.runs import FAST_COMPILE, REPO, read_csv, run
 from tests.helpers.trees import numeric_leaves
 
@@ -30,12 +31,12 @@ def random_batch(key, utd=1, batch=16):
     return batches.random_batch(key, utd, batch, OBS, ACT)
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def init():
     return jax.jit(lambda key: bro.init(key, OBS, ACT, SMALL))
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def update():
     return jax.jit(functools.partial(bro.update, config=SMALL))
 
@@ -343,7 +344,7 @@ TINY = ["--env=cartpole-balance", "--critic_width=16", "--critic_depth=1", "--ac
 STEPS = (30, 50)
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def runs(tmp_path_factory):
     """One tiny run per --intervention. Compile time dominates these runs, so XLA optimises
     less (FAST_COMPILE); later runs reuse the first one's compiled programs from the tests'

@@ -27,6 +27,7 @@ from tests.helpers.dashboard_files import (
     wandb_run,
     wandb_segments,
 )
+from tests.helpers.fixtures import shared_fixture
 from tests.helpers.runs import FAST_SAC, HELPERS, KILLSAVE, REPO, read_csv, run, script
 
 # 2 seeds, 125-step episodes, a checkpoint and an evaluation at every episode end, a clip at 700.
@@ -107,7 +108,7 @@ def assert_wandb_holds(run_dir, expected):
             assert {k: got[k] for k in want} == want, row["_step"]
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def logged_run(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("logged")
     proc = run("run_sac.py", *ARGS, *DASHBOARDS, f"--logdir={logdir}")

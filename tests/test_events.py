@@ -16,6 +16,7 @@ from experiment.events import build_intervention, intervention_plan
 from interventions import DEFAULT_NS_STEPS, clip_event_report, ns_clip_matrices
 from interventions.diagnostics import shared_layers
 from learners.batch import Batch
+from tests.helpers.fixtures import shared_fixture
 from tests.helpers.trees import assert_bit_identical
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` 
 OBS, ACT = 4, 2
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def setup():
     agent = make_agent("sac", dataclasses.replace(SACConfig(), hidden_dims=(16, 16)))
     init_fn = jax.jit(jax.vmap(lambda k: agent.init(k, OBS, ACT)))

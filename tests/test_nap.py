@@ -15,6 +15,7 @@ from experiment.config import ConfigError
 from interventions import get_part, set_part
 from interventions.methods import nap
 from tests.helpers import batches
+from tests.helpers.fixtures import shared_fixture
 from tests.helpers.plans import ACT, OBS, TINY, hooked
 from tests.helpers.trees import assert_bit_identical, numeric_leaves
 
@@ -48,7 +49,7 @@ def random_batch(key):
     return batches.random_batch(key, 1, 16, OBS, ACT)
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def sac():
     """SAC's first state with NaP's state, its update with and without NaP (jitted), the plan."""
     agent, plan, _ = hooked("sac", "nap", config=FAST)
@@ -80,7 +81,7 @@ def test_every_projected_norm_stays_at_its_initial_value_after_every_step(sac):
     assert int(state.step) == 6
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def trained(sac):
     """SAC trained 5 steps without NaP (its state kept), so that norms have moved."""
     state, _, plain, _ = sac

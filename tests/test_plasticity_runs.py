@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.helpers.fixtures import shared_fixture
 from tests.helpers.runs import FAST_COMPILE, FAST_SAC, read_csv, run
 from tests.test_bro import TINY as TINY_BRO
 from tests.test_resume import assert_bit_identical, kill_while_saving, returns
@@ -24,7 +25,7 @@ def run_dir(logdir, agent, env):
     return logdir / agent / env / f"{ALL}-utd2-seed0"
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def sac_run(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("sac")
     run("run_sac.py", *SAC_ARGS, f"--logdir={logdir}", env=FAST_COMPILE)

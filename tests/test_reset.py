@@ -18,6 +18,7 @@ from interventions import (
     replace_parts,
     singular_clip,
 )
+from tests.helpers.fixtures import shared_fixture
 
 SEEDS = 3
 OBS, ACT = 5, 2
@@ -121,7 +122,7 @@ def train(state: AgentState, key: jax.Array) -> AgentState:
 seeded_init = jax.jit(jax.vmap(init))
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def states():
     initial = seeded_init(jax.random.split(jax.random.key(0), SEEDS))
     trained = jax.jit(jax.vmap(train))(initial, jax.random.split(jax.random.key(1), SEEDS))

@@ -19,6 +19,7 @@ from envs import make_vector_env
 from experiment import divergence, train
 from experiment.config import TrainConfig
 from experiment.rundir.record import CannotResume
+from tests.helpers.fixtures import shared_fixture
 from tests.helpers.runs import FAST_SAC, REPO, read_csv, run
 from tests.helpers.trees import assert_bit_identical
 
@@ -32,7 +33,7 @@ def run_args(intervention, utd):
             "--intervention_every=500", "--clip_c=1.2"]
 
 
-@pytest.fixture(scope="module", params=[("clip", 1), ("reset", 3)], ids=["clip-utd1", "reset-utd3"])
+@shared_fixture(params=[("clip", 1), ("reset", 3)], ids=["clip-utd1", "reset-utd3"])
 def finished_run(request, tmp_path_factory):
     intervention, utd = request.param
     logdir = tmp_path_factory.mktemp(f"{intervention}{utd}")

@@ -11,6 +11,7 @@ import pytest
 from agents import make_agent, sac
 from learners.batch import Batch
 from tests.helpers import batches
+from tests.helpers.fixtures import shared_fixture
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
 
@@ -22,7 +23,7 @@ def random_batch(key, utd=2, batch=16, obs=OBS, act=ACT):
     return batches.random_batch(key, utd, batch, obs, act)
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def update():
     return jax.jit(functools.partial(sac.update, config=SMALL))
 

@@ -13,13 +13,14 @@ from experiment.events import build_intervention
 from interventions import EventContext, get_part
 from interventions.methods import shrink_perturb
 from tests.helpers import batches
+from tests.helpers.fixtures import shared_fixture
 from tests.helpers.plans import ACT, OBS, hooked, init_states
 from tests.helpers.trees import assert_bit_identical, numeric_leaves
 
 PARAMS = ("actor.params", "critic.params", "target_critic_params")
 
 
-@pytest.fixture(scope="module")
+@shared_fixture
 def sac():
     """SAC with S&P at its defaults, 2 seeds: (agent, plan, cfg, init_fn, keys, trained, fresh)."""
     agent, plan, cfg = hooked("sac", "shrink_perturb", num_seeds=2)
