@@ -46,36 +46,9 @@ if os.environ["JAX_PLATFORMS"] != "cpu":
 import pytest  # noqa: E402
 import submitit  # noqa: E402, F401
 
+from tests.helpers.fixtures import group_shared_fixtures  # noqa: E402
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Tests that read one `shared_fixture` (tests/helpers/fixtures.py) run on one pytest-xdist
-    worker (`--dist=loadgroup`), so that it is made once rather than once per worker: each
-    module's tests joined by the fixtures (and parameters) they share form one xdist_group. A
-    test with an xdist_group of its own keeps it."""
-    groups = {}  # (module, fixture, parameter index) -> its group's first such key
-
-    def root(key):
-        while groups[key] != key:
-            key = groups[key]
-        return key
-
-    tests = []
-    for item in items:
-        if item.get_closest_marker("xdist_group") or not hasattr(item, "_fixtureinfo"):
-            continue
-        keys = []
-        for name in item.fixturenames:
-            definitions = item._fixtureinfo.name2fixturedefs.get(name)
-            if definitions and getattr(definitions[-1].func, "shared_by_tests", False):
-                callspec = getattr(item, "callspec", None)
-                keys.append((item.module.__name__, name,
-                             callspec.indices.get(name) if callspec else None))
-        for key in keys:
-            groups.setdefault(key, key)
-            groups[root(key)] = root(keys[0])
-        if keys:
-            tests.append((item, keys[0]))
-    for item, key in tests:
-        module, name, index = root(key)
-        item.add_marker(pytest.mark.xdist_group(f"{module}:{name}{'' if index is None else index}"))
+    group_shared_fixtures(items)  # before pytest-xdist reads the groups
