@@ -416,3 +416,13 @@ def test_records_edited_into_other_types_are_one_line_naming_the_file(tmp_path):
     write_json(paths.record(key), {"spec": None})
     with pytest.raises(SweepError, match="holds a damaged record \\(TypeError"):
         recorded_jobs(paths)
+
+
+def test_a_job_process_loads_no_jax():
+    """A sweep's job process (sweeps.job, unpickled by submitit) runs its script as a process
+    of its own and reads only whether its run finished: it never loads JAX (seconds and a few
+    hundred MB per job)."""
+    code = "import sys, sweeps.job; print('jax' in sys.modules, 'flax' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.stdout.split() == ["False", "False"], proc.stderr

@@ -14,7 +14,6 @@ import sys
 import tempfile
 
 from experiment.rundir.code import CODE
-from interventions.registry import all_settings
 
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "dm_control", "orbax-checkpoint", "numpy")
 # The dashboards' settings (experiment/dashboards.py): how a run is watched, not what it computes,
@@ -59,6 +58,10 @@ ADDED_SETTINGS = {"dormant_taus": [0.0, 0.025], "srank_threshold": 0.99,
 
 def added_settings() -> dict:
     """ADDED_SETTINGS and every registered intervention's setting at its default (as JSON)."""
+    # Here, not at the top: the methods' registry loads JAX, which a sweep's job process (that
+    # reads only whether its run finished) never needs.
+    from interventions.registry import all_settings
+
     methods = {flag: list(field.default) if isinstance(field.default, tuple) else field.default
                for flag, (_, field, _) in all_settings().items()}
     return {**methods, **ADDED_SETTINGS}
