@@ -92,7 +92,8 @@ def test_served_tasks_step_like_dm_control_from_the_same_state(name):
     assert first_difference(name) is None
 
 
-@pytest.mark.parametrize("name,seed", [("dog-run", 7), ("finger-spin", 2),
+@pytest.mark.parametrize("name,seed", [pytest.param("dog-run", 7, marks=pytest.mark.slow),
+                                       ("finger-spin", 2),
                                        ("finger-turn_hard", 1), ("quadruped-run", 7)])
 def test_refused_domains_differ_from_dm_control(name, seed):
     assert check_env_name(name)[0] in DIFFERS

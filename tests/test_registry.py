@@ -198,6 +198,7 @@ def test_methods_from_registers_an_outside_module_for_a_continual_run(tmp_path):
     assert "--toy_clamp_bound" in help_text and "--methods_from" in help_text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module, words", [
     ("nosuch_module_xyz", ["cannot import nosuch_module_xyz", "ModuleNotFoundError"]),
     ("json", ["json defines no METHOD"]),

@@ -339,6 +339,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_during_a_compilation_exits_130_without_crashing():
     """A run interrupted while XLA compiles (its first update) ends with its error line and
     exit 130; a normal interpreter shutdown under XLA's compiler threads crashed (SIGSEGV)."""
@@ -363,6 +364,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, flags, message", [
     ("run_sac.py", ["--env=cartpole-swingup"], "error: interrupted before training started"),
     ("run_bro.py", ["--env=cartpole-swingup"], "error: interrupted before training started"),
@@ -382,6 +384,7 @@ def test_a_ctrl_c_while_a_script_imports_its_libraries_is_held_until_they_are_in
     assert not logdir.exists()
 
 
+@pytest.mark.slow
 def test_importing_a_script_as_a_module_leaves_ctrl_c_as_it_is():
     """Held and recorded only where the script is the program: a test or a notebook that
     imports one keeps Python's Ctrl-C, tracebacks and "Exception ignored" lines."""
@@ -529,6 +532,7 @@ def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path)
                                            "versions": {**earlier, "jax": "0.0.1"}}]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resume, again", [("auto", "the same command starts it over"),
                                            ("never", "the same command with --resume=auto")])
 def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, resume, again):

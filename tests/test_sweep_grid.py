@@ -224,6 +224,7 @@ def test_cli_bad_flags_exit_2_with_one_line(args, message, tmp_path):
     assert not (tmp_path / ".sweep").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs_go_on, message", [
     (False, "interrupted; nothing was launched"),
     (True, "stopped following; the jobs go on (see --status)")])

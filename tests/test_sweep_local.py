@@ -387,6 +387,7 @@ def test_slurm_without_slurm_leaves_no_records(tmp_path, scripts):
                                           "1 pending"], status.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra, why", [
     ("--step_ss=0.1", "unrecognized arguments: --step_ss=0.1"),
     ("--help", "exit code 0 without checking the settings"),  # exits before any check
@@ -405,6 +406,7 @@ def test_flags_a_run_script_refuses_stop_the_sweep_before_it_launches(tmp_path, 
     assert not logdir.exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_flags_are_checked_launches_nothing(tmp_path, scripts):
     logdir = tmp_path / "runs"
     argv = sweep_argv(logdir, scripts, "--envs=cheetah-run", "--", "--dry_run_s=60")
