@@ -12,7 +12,8 @@ KILLSAVE = os.path.join(HELPERS, "killsave.py")  # a run script SIGKILLed mid-ch
 # The published curves (reference/README.md), part of the repository.
 REFERENCE = Path(REPO) / "reference"
 
-# A small, fast SAC run: cartpole, tiny networks, 250-step episodes (action repeat 4).
+# A small, fast SAC run: cartpole, tiny networks, one evaluation episode (1,000 steps: action
+# repeat 1).
 FAST_SAC = [
     "--env=cartpole-swingup",
     "--hidden_dim=32",
