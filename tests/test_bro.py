@@ -18,7 +18,7 @@ from interventions import replace_parts
 from networks import tanh_gaussian_log_prob
 from tests.helpers import batches
 from tests.helpers.fixtures import shared_fixture
-from tests.helpers.runs import FAST_COMPILE, REPO, read_csv, run
+from tests.helpers.runs import REPO, read_csv, run
 from tests.helpers.trees import numeric_leaves
 
 OBS, ACT = 5, 3
@@ -346,16 +346,15 @@ STEPS = (30, 50)
 
 @shared_fixture
 def runs(tmp_path_factory):
-    """One tiny run per --intervention. Compile time dominates these runs, so XLA optimises
-    less (FAST_COMPILE); later runs reuse the first one's compiled programs from the tests'
-    persistent cache (tests/conftest.py)."""
+    """One tiny run per --intervention, in this process: later runs reuse the first one's
+    compiled programs from the tests' persistent cache (tests/conftest.py)."""
     logdir = tmp_path_factory.mktemp("bro")
     out = {}
     for intervention in ("reset", "clip", "none"):
         schedule = ([f"--intervention_steps={STEPS[0]},{STEPS[1]}"] if intervention != "none"
                     else ["--dormant_taus=0,0.5", "--srank_threshold=0.5"])
         proc = run("run_bro.py", *TINY, *schedule, f"--intervention={intervention}",
-                   f"--logdir={logdir}", env=FAST_COMPILE)
+                   f"--logdir={logdir}")
         run_dir = logdir / "bro" / "cartpole-balance" / f"{intervention}-utd2-seed0"
         out[intervention] = (run_dir, proc.stderr)
     return out

@@ -8,14 +8,13 @@ import json
 import pytest
 
 from tests.helpers.fixtures import shared_fixture
-from tests.helpers.runs import FAST_COMPILE, FAST_SAC, read_csv, run
+from tests.helpers.runs import FAST_SAC, read_csv, run
 from tests.test_bro import TINY as TINY_BRO
 from tests.test_resume import assert_bit_identical, kill_while_saving, returns
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
 
 ALL = "shrink_perturb+nap+spectral_reg+l2_init+parseval"
-# Compile time dominates these runs: XLA optimises less (FAST_COMPILE, in every run compared).
 SAC_ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=500",
             "--start_steps=100", "--eval_every=125", "--log_every=125", "--checkpoint_every=125",
             "--intervention_steps=200,450", f"--intervention={ALL}"]
@@ -28,7 +27,7 @@ def run_dir(logdir, agent, env):
 @shared_fixture
 def sac_run(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("sac")
-    run("run_sac.py", *SAC_ARGS, f"--logdir={logdir}", env=FAST_COMPILE)
+    run("run_sac.py", *SAC_ARGS, f"--logdir={logdir}")
     return run_dir(logdir, "sac", "cartpole-swingup")
 
 
@@ -52,8 +51,8 @@ def test_sac_killed_while_saving_resumes_bit_identically(sac_run, tmp_path):
     resumed run starts from step 250 with the event's weights, the initial norms, power-iteration
     vectors and anchors as they were, and writes the same returns."""
     args = [*SAC_ARGS, f"--logdir={tmp_path}"]
-    kill_while_saving(args, 3, env=FAST_COMPILE)
-    resumed = run("run_sac.py", *args, env=FAST_COMPILE)
+    kill_while_saving(args, 3)
+    resumed = run("run_sac.py", *args)
     assert "resumed from the checkpoint at env step 250" in resumed.stderr
     assert_bit_identical(returns(run_dir(tmp_path, "sac", "cartpole-swingup")), returns(sac_run),
                          resumed.stderr)
@@ -61,7 +60,7 @@ def test_sac_killed_while_saving_resumes_bit_identically(sac_run, tmp_path):
 
 def test_bro_runs_every_method(tmp_path):
     run("run_bro.py", *TINY_BRO, "--intervention_steps=30,50", f"--intervention={ALL}",
-        f"--logdir={tmp_path}", env=FAST_COMPILE)
+        f"--logdir={tmp_path}")
     path = run_dir(tmp_path, "bro", "cartpole-balance")
     assert events(path) == [(s, seed, "shrink_perturb") for s in (30, 50) for seed in (0, 1)]
     assert {r["network"] for r in read_csv(path / "interventions.csv")} == {

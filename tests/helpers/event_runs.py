@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-from tests.helpers.runs import FAST_COMPILE, FAST_SAC, KILLSAVE, REPO, read_csv, run, script
+from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 from tests.test_resume import assert_bit_identical, returns
 
 # 2 seeds, UTD 2, 125-step episodes, a checkpoint at every episode end; events at 200 (before
@@ -68,7 +68,6 @@ def sac_resumes_bit_identically(tmp_path, intervention: str, *extra: str) -> dic
 
 def bro_events(tmp_path, intervention: str, *extra: str) -> dict:
     """Run run_bro.py with the intervention; its event report."""
-    run("run_bro.py", *BRO, f"--intervention={intervention}", *extra, f"--logdir={tmp_path}",
-        env=FAST_COMPILE)
+    run("run_bro.py", *BRO, f"--intervention={intervention}", *extra, f"--logdir={tmp_path}")
     return event_report(run_dir(tmp_path, "bro", "cartpole-balance", intervention), intervention,
                         BRO_STEPS)

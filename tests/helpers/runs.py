@@ -26,10 +26,6 @@ def script(name: str) -> str:
     return os.path.join(REPO, "launch", name)
 
 
-# The environment of a run whose time is mostly compilation: XLA optimises less (a process of
-# its own, as XLA reads its options once; the runs a test compares all get them).
-FAST_COMPILE = {"XLA_FLAGS": "--xla_backend_optimization_level=0 "
-                             "--xla_llvm_disable_expensive_passes=true"}
 # Scripts whose runs start processes of their own (the sweeps' jobs, pickled by submitit from
 # the script's own module) run in a process of their own too.
 OWN_PROCESS = {"sweep.py", "compare_continual.py"}
