@@ -37,7 +37,7 @@ def run(name: str, *args: str, check: bool = True, timeout: float = 300, env=Non
         separate: bool | None = None, cwd=REPO):
     """Run `python launch/<name> args...` in `cwd`; returns the CompletedProcess. The script
     runs in this process (tests.helpers.inprocess) unless it needs a process of its own: `env`
-    to start it with (XLA's options are read once a process), --methods_from (its methods stay
+    to start it with (read once a process, as XLA_FLAGS is), --methods_from (its methods stay
     registered in the process that loads them), or a script of OWN_PROCESS; `separate` says so
     explicitly (False: a sweep's checks, --status or --dry_run, which start no job)."""
     if separate is None:
