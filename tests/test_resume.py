@@ -91,12 +91,11 @@ def killed_while_saving(tmp_path_factory):
     return into
 
 
-def kill_while_saving(args, nth: int, env=None):
-    """Run with `args` (and the environment variables `env` added), SIGKILLed in the middle of
-    writing its `nth` checkpoint."""
+def kill_while_saving(args, nth: int):
+    """Run with `args`, SIGKILLed in the middle of writing its `nth` checkpoint."""
     killed = subprocess.run([sys.executable, KILLSAVE, str(nth),
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
-                            text=True, env={**os.environ, **(env or {})})
+                            text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
 
 
