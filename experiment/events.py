@@ -107,10 +107,11 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
             defer = set() if spectral_map is not None else shared_layers(before[net])
             report[net] = clip_event_report(before[net], after[net], extremes=extremes.get(net),
                                             spectral_map=spectral_map, defer=defer)
-            kept[net] = {name: jnp.all(report[net][name]["fro_change"] == 0) for name in defer}
+            kept[net] = {name: jnp.all(report[net][name]["fro_change"] == 0)
+                         for name in sorted(defer)}  # not in a set's (hash-seeded) order
         return new, report, kept
 
-    def apply(states, env_step: int, spectra: dict | None = None):
+    def arguments(states, env_step: int, spectra: dict | None = None) -> tuple:
         data = data_fn(env_step, *method.data_shape(config)) if "data" in needs else None
         # The large matrices' extreme singular values, before and after, go through the
         # programs the diagnostics compiled (weight_extremes): each compiles once per run.
@@ -118,7 +119,12 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
         for net, params in learner.weights(states).items():
             have = extremes.setdefault(net, {})
             have.update(weight_extremes(params, layers=shared_layers(params) - have.keys()))
-        new, report, kept = event(states, env_step, data, extremes)
+        return states, env_step, data, extremes
+
+    def apply(states, env_step: int, spectra: dict | None = None):
+        args = arguments(states, env_step, spectra)
+        extremes = args[-1]
+        new, report, kept = event(*args)
         for net, params in learner.weights(new).items():
             if kept[net]:
                 after = weight_extremes(params, skip=kept[net], layers=kept[net].keys())
@@ -128,6 +134,9 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
                     report[net][name]["cond_after"] = metrics["cond_after"]
         return new, list(diag.rows(env_step, seeds, jax.device_get(report), method.name))
 
+    # The event's program as it would compile for these arguments (jax.stages.Lowered).
+    apply.lower = lambda states, env_step, spectra=None: event.lower(
+        *arguments(states, env_step, spectra))
     return apply
 
 

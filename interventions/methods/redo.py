@@ -76,7 +76,9 @@ def recycle(params: PyTree, fresh: PyTree, features: dict[str, jax.Array],
         return x
 
     changed = {}
-    for path in incoming.keys() | outgoing.keys():
+    # In a fixed order: the traced program, and with it its compilation cache key, must not
+    # depend on a set's (hash seeded) order.
+    for path in sorted(incoming.keys() | outgoing.keys()):
         shape = leaves[path].shape
         changed[path] = (jnp.broadcast_to(incoming.get(path, False), shape)
                          | jnp.broadcast_to(outgoing.get(path, False), shape))
