@@ -37,7 +37,7 @@ from continual.tasks import (
 )
 from experiment import dashboards, protocol
 from experiment import diagnose as diag
-from experiment.checkpoint import Checkpointer
+from experiment.checkpoint import Checkpointer, as_restored
 from experiment.config import ConfigError
 from experiment.events import event_apply
 from experiment.memory import sized
@@ -265,7 +265,7 @@ class ContinualRun:
         resume = bool(self.checkpointer.steps())
         self.files = RunFiles(cfg.run_dir, cfg.seeds, fresh=not resume, headers=HEADERS,
                               seed_files=False, dashboards=dashboards.for_continual(cfg))
-        progress = Progress(0, self.init_fn(self.init_keys), 0.0)
+        progress = Progress(0, as_restored(self.init_fn(self.init_keys)), 0.0)
         if resume:
             restored = self.checkpointer.restore_latest({"states": progress.states})
             if restored is not None:

@@ -60,6 +60,14 @@ def _abstract(tree):
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
 
 
+def as_restored(tree):
+    """`tree`'s arrays committed to the default device, as a restore from a checkpoint gives
+    them. A program lowers a committed argument with its placement, an uncommitted one
+    without, so a fresh run's programs would differ from a resumed run's, and JAX's persistent
+    compilation cache would compile every one of them again at each resume."""
+    return jax.device_put(tree, jax.devices()[0])
+
+
 class CheckpointMismatch(CannotResume):
     """A checkpoint that is intact but holds an agent state of another shape than this run's
     (the code or its settings changed since it was written)."""

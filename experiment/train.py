@@ -23,7 +23,7 @@ from agents import Agent
 from envs import make_env, make_vector_env
 from experiment import ctrl_c, dashboards, protocol
 from experiment import diagnose as diag
-from experiment.checkpoint import Checkpointer
+from experiment.checkpoint import Checkpointer, as_restored
 from experiment.config import TrainConfig
 from experiment.divergence import Diverged, DivergenceChecks
 from experiment.events import Intervention, build_intervention, intervention_plan, with_hooks
@@ -134,10 +134,12 @@ class Trainer(LoopCheckpoints, DivergenceChecks):
                             self.act_dim, seed=self.cfg.seed)
 
     def fresh_loop(self) -> Loop:
-        states = self.init_fn(self.init_keys)
-        env_rng = self.env.get_rng_state()
-        keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(self.init_keys)
         shape = (self.cfg.num_seeds, self.cfg.utd, self.cfg.batch_size)
+        states = self.init_fn(self.init_keys)
+        keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(self.init_keys)
+        metric_sums = zero_metrics(self.update_seeds, states, shape, self.obs_dim, self.act_dim)
+        states, keys, metric_sums = as_restored((states, keys, metric_sums))
+        env_rng = self.env.get_rng_state()
         obs = self.env.reset()
         if self.cfg.start_steps > 0:
             actions = self._random_actions()
@@ -149,8 +151,7 @@ class Trainer(LoopCheckpoints, DivergenceChecks):
             keys=keys,
             obs=obs,
             actions=np.asarray(actions),
-            metric_sums=zero_metrics(self.update_seeds, states, shape, self.obs_dim,
-                                     self.act_dim),
+            metric_sums=metric_sums,
             metric_count=0,
             wall_time=0.0,
             env_rng=env_rng,

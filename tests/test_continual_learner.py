@@ -201,6 +201,17 @@ def test_every_registered_method_runs_through_the_loop(tmp_path, network, name):
         assert not events and name in progress.states.plasticity
 
 
+def test_a_restored_state_is_placed_as_a_fresh_one(tmp_path):
+    """Committed to the default device alike: a program lowers an argument's placement with
+    it, so otherwise a resumed run's programs would all miss JAX's compilation cache."""
+    tiny_run(tmp_path, "mlp", "none").run({"intervention": "none"})
+    restored = tiny_run(tmp_path, "mlp", "none").start()
+    fresh = tiny_run(tmp_path / "fresh", "mlp", "none").start()
+    assert restored.tasks_done == 3 and fresh.tasks_done == 0
+    assert [(x.committed, x.sharding) for x in jax.tree.leaves(fresh.states)] == \
+        [(x.committed, x.sharding) for x in jax.tree.leaves(restored.states)]
+
+
 def test_clip_at_a_boundary_puts_every_singular_value_into_half_to_two(tmp_path):
     run = tiny_run(tmp_path, "conv", "clip")
     states = run.init_fn(run.init_keys)

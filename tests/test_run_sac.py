@@ -399,9 +399,12 @@ def test_the_update_is_traced_once(tmp_path, monkeypatch, replay_on_device):
 
 
 @pytest.mark.slow
-def test_a_restored_loop_holds_no_map_of_its_checkpoint(tmp_path):
+def test_a_restored_loop_holds_no_map_of_its_checkpoint_and_is_placed_as_a_fresh_one(tmp_path):
     """The checkpoint's host arrays are restored as read-only maps of its files; the loop
-    copies what it keeps, so a finished run can delete that checkpoint with nothing mapped."""
+    copies what it keeps, so a finished run can delete that checkpoint with nothing mapped.
+    Its device arrays are placed as a fresh loop's (committed to the default device): a program
+    lowers an argument's placement with it, so otherwise every program a resumed run calls
+    would miss JAX's compilation cache (compiled again at each resume)."""
     agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
     cfg = TrainConfig(env="cartpole-swingup", max_steps=500, start_steps=20, batch_size=8,
                       eval_every=500, eval_episodes=1, checkpoint_every=250, action_repeat=4,
@@ -415,6 +418,10 @@ def test_a_restored_loop_holds_no_map_of_its_checkpoint(tmp_path):
     host = [restored.obs, restored.actions, *restored.env_rng.values()]
     assert restored.env_step == 250 and not any(isinstance(a, np.memmap) for a in host)
     assert all(a.flags.writeable for a in host)
+    placed = [(x.committed, x.sharding) for x in
+              jax.tree.leaves((loop.states, loop.keys, loop.metric_sums))]
+    assert placed == [(x.committed, x.sharding) for x in
+                      jax.tree.leaves((restored.states, restored.keys, restored.metric_sums))]
 
 
 @pytest.mark.slow
