@@ -128,9 +128,9 @@ def test_a_step_sends_one_transition_per_seed_and_takes_the_actions_back(tmp_pat
         trainer.step_and_update(loop)
     sent = []
     put = jax.device_put
-    monkeypatch.setattr(jax, "device_put", lambda x, *a, **k: (sent.append(np.asarray(x).nbytes),
-                                                                put(x, *a, **k))[1])
-    with jax.transfer_guard_host_to_device("disallow"):
+    with monkeypatch.context() as patch, jax.transfer_guard_host_to_device("disallow"):
+        patch.setattr(jax, "device_put", lambda x, *a, **k: (sent.append(np.asarray(x).nbytes),
+                                                             put(x, *a, **k))[1])
         for _ in range(5):  # env steps 41-45 of a 125-step episode
             sent.clear()
             trainer.step_and_update(loop)
