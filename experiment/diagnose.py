@@ -34,12 +34,16 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
             out.setdefault(net, {}).update({f"{layer}/features": m for layer, m in metrics.items()})
         return out
 
+    def extremes(states):
+        return {net: weight_extremes(params, layers=shared_layers(params))
+                for net, params in agent.weights(states).items()}
+
     def diagnose(states, batch=None):
-        extremes = {net: weight_extremes(params, layers=shared_layers(params))
-                    for net, params in agent.weights(states).items()}
-        return rest(states, batch, extremes)
+        return rest(states, batch, extremes(states))
 
     diagnose.rest = rest  # the jitted call, for a look at its compilations
+    # Its program as it would compile for these arguments (jax.stages.Lowered).
+    diagnose.lower = lambda states, batch=None: rest.lower(states, batch, extremes(states))
     return diagnose
 
 

@@ -112,6 +112,7 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
         return new, report, kept
 
     def arguments(states, env_step: int, spectra: dict | None = None) -> tuple:
+        """The event's replay data (None: it needs none) and the large matrices' extremes."""
         data = data_fn(env_step, *method.data_shape(config)) if "data" in needs else None
         # The large matrices' extreme singular values, before and after, go through the
         # programs the diagnostics compiled (weight_extremes): each compiles once per run.
@@ -119,12 +120,11 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
         for net, params in learner.weights(states).items():
             have = extremes.setdefault(net, {})
             have.update(weight_extremes(params, layers=shared_layers(params) - have.keys()))
-        return states, env_step, data, extremes
+        return data, extremes
 
     def apply(states, env_step: int, spectra: dict | None = None):
-        args = arguments(states, env_step, spectra)
-        extremes = args[-1]
-        new, report, kept = event(*args)
+        data, extremes = arguments(states, env_step, spectra)
+        new, report, kept = event(states, env_step, data, extremes)
         for net, params in learner.weights(new).items():
             if kept[net]:
                 after = weight_extremes(params, skip=kept[net], layers=kept[net].keys())
@@ -136,7 +136,7 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
 
     # The event's program as it would compile for these arguments (jax.stages.Lowered).
     apply.lower = lambda states, env_step, spectra=None: event.lower(
-        *arguments(states, env_step, spectra))
+        states, env_step, *arguments(states, env_step, spectra))
     return apply
 
 

@@ -22,8 +22,8 @@ import numpy as np  # noqa: E402
 from agents.sac import SACConfig  # noqa: E402
 from experiment import diagnose as diag  # noqa: E402
 from experiment.events import build_intervention  # noqa: E402
-from interventions import registry, weight_extremes  # noqa: E402
-from interventions.diagnostics import shared_layers  # noqa: E402
+from experiment.step_fns import seed_init, seeds_update  # noqa: E402
+from interventions import registry  # noqa: E402
 from interventions.plan import NO_HOOKS  # noqa: E402
 from learners.batch import Batch  # noqa: E402
 from tests.helpers.plans import ACT, OBS, hooked  # noqa: E402
@@ -59,17 +59,12 @@ def digest(lowered) -> str:
 for name in registry.names():
     settings = {} if registry.event_of(name) is None else {"intervention_every": 100}
     agent, plan, cfg = hooked("sac", name, CONFIG, num_seeds=len(SEEDS), **settings)
-    init_fn = jax.jit(jax.vmap(lambda key, agent=agent: agent.init(key, OBS, ACT)))
-    keys = jax.vmap(jax.random.key)(np.asarray(SEEDS, np.uint32))
+    init_fn, keys = seed_init(agent, SEEDS, OBS, ACT)
     states = zeros(jax.eval_shape(init_fn, keys))
     if name == "none" or plan.hooks is not NO_HOOKS:  # otherwise the update of "none"
-        print(name, "update", digest(jax.jit(jax.vmap(agent.update)).lower(
-            states, batches(UTD, BATCH))))
-        extremes = {net: weight_extremes(params, layers=shared_layers(params))
-                    for net, params in agent.weights(states).items()}
+        print(name, "update", digest(seeds_update(agent).lower(states, batches(UTD, BATCH))))
         batch = jax.tree.map(lambda x: x[:, 0], batches(1, BATCH))
-        print(name, "diagnostics", digest(diag.make_diagnostics(agent).rest.lower(
-            states, batch, extremes)))
+        print(name, "diagnostics", digest(diag.make_diagnostics(agent).lower(states, batch)))
     if plan.event is not None:
         event = build_intervention(agent, cfg, plan, init_fn, keys,
                                    lambda step, n, size: batches(n, size))
