@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import zlib
 from types import SimpleNamespace
@@ -26,6 +25,7 @@ from experiment.checkpoint import (
 from experiment.checkpoint_arrays import keys_to_data
 from experiment.checkpoint_errors import ORBAX_SOURCE, quiet_abandoned_reads
 from experiment.rundir.record import CannotResume
+from tests.helpers import forkserver
 from tests.helpers.continual_files import write_cifar
 from tests.helpers.runs import KILLSAVE, REPO, run, script
 from tests.helpers.trees import assert_bit_identical
@@ -439,7 +439,7 @@ def test_zero_length_array_files_in_a_runs_newest_checkpoint_are_one_warning_lin
              "--batch_size=16", "--num_tasks=4", "--num_seeds=2", "--epochs=1",
              "--checkpoint_every=1", "--diagnostics=false", "--progress=false",
              f"--logdir={tmp_path}"]
-    killed = subprocess.run([sys.executable, KILLSAVE, "4", script("run_continual.py"), *flags],
+    killed = forkserver.run([sys.executable, KILLSAVE, "4", script("run_continual.py"), *flags],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     checkpoints = tmp_path / "continual" / "random_label_cifar" / "none-seed0" / "checkpoints"

@@ -19,6 +19,7 @@ from experiment.config import TrainConfig
 from experiment.dashboards import REQUIREMENTS, for_config
 from experiment.wandb_runs import wandb_steps
 from sweeps.jobspec import JobSpec
+from tests.helpers import forkserver
 from tests.helpers.dashboard_files import (
     by_step,
     tensorboard_hparams,
@@ -230,7 +231,7 @@ def test_a_run_killed_while_saving_and_resumed_holds_each_step_once(logged_run, 
     so it may hold steps past the resume point), and the resumed run fills in the rest."""
     args = [*ARGS, *DASHBOARDS, f"--logdir={tmp_path}"]
     env = {**os.environ, "WANDB__TRANSACTION_LOG_FLUSH_INTERVAL": "0.01"}
-    killed = subprocess.run([sys.executable, KILLSAVE, "3",
+    killed = forkserver.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True, env=env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -252,7 +253,7 @@ def test_a_continual_run_killed_while_saving_and_resumed_holds_each_task_once(tm
     args = ["--task=random_label_digits", "--intervention=reset", "--num_tasks=4",
             "--num_seeds=2", "--hidden_dim=8", "--epochs=1", "--checkpoint_every=1",
             "--progress=false", *DASHBOARDS, f"--logdir={tmp_path}"]
-    killed = subprocess.run([sys.executable, KILLSAVE, "3", script("run_continual.py"), *args],
+    killed = forkserver.run([sys.executable, KILLSAVE, "3", script("run_continual.py"), *args],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     resumed = run("run_continual.py", *args)
@@ -301,7 +302,7 @@ def test_dashboards_turned_on_at_a_resume_catch_up_from_the_csv_files(tmp_path):
     """A run started without dashboards, killed, and resumed with them: they get the rows up
     to the checkpoint from the CSV files, then the new ones."""
     args = [*ARGS, f"--logdir={tmp_path}"]
-    killed = subprocess.run([sys.executable, KILLSAVE, "2",
+    killed = forkserver.run([sys.executable, KILLSAVE, "2",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -332,7 +333,7 @@ def test_run_bro_logs_to_both_dashboards(tmp_path):
 
 def without(package: str, *args: str, timeout: float = 120):
     """The run script with `package` made unimportable."""
-    return subprocess.run([sys.executable, os.path.join(HELPERS, "without_package.py"),
+    return forkserver.run([sys.executable, os.path.join(HELPERS, "without_package.py"),
                            package, script("run_sac.py"), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 

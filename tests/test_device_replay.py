@@ -3,7 +3,6 @@ draws over each seed's filled slots, a step that sends one transition per seed, 
 and a buffer too large for the device refused before anything is compiled."""
 
 import signal
-import subprocess
 import sys
 
 import jax
@@ -20,6 +19,7 @@ from experiment.device_loop import DeviceReplayTrainer
 from replay import ReplayBuffer
 from replay import device as device_replay
 from replay.device import DeviceReplayBuffer
+from tests.helpers import forkserver
 from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 
 SEEDS, OBS, ACT = 3, 4, 2
@@ -202,7 +202,7 @@ def test_a_run_trains_and_one_killed_and_resumed_matches_it(tmp_path):
     expected = _returns(tmp_path / "full")
     assert len(expected) == 8 and len({r[2] for r in expected}) > 4
     args = [*ARGS, f"--logdir={tmp_path / 'killed'}"]
-    killed = subprocess.run([sys.executable, KILLSAVE, "3",
+    killed = forkserver.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

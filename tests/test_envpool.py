@@ -3,7 +3,6 @@ action, the same reward and next observation; the same layout, bounds and episod
 tasks that differ refused with one line; exact resume."""
 
 import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -21,6 +20,7 @@ from envs.envpool_backend import (  # noqa: E402
     task_id,
 )
 from envs.names import check_env_name, dm_suite  # noqa: E402
+from tests.helpers import forkserver  # noqa: E402
 from tests.helpers.envpool_sync import control_step, sync, turn_about_z  # noqa: E402
 from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script  # noqa: E402
 
@@ -235,7 +235,7 @@ def test_a_run_killed_and_resumed_matches_one_never_stopped(tmp_path):
     step 375), then the same command: eval.csv's returns are bit-identical."""
     run("run_sac.py", *ARGS, f"--logdir={tmp_path / 'full'}")
     args = [*ARGS, f"--logdir={tmp_path / 'killed'}"]
-    killed = subprocess.run([sys.executable, KILLSAVE, "3",
+    killed = forkserver.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

@@ -18,6 +18,7 @@ from experiment.rundir.record import added_settings, with_added_settings
 from interventions import Method, Settings, make_plan, registered, registry, setting
 from interventions.registry import parts_setting
 from learners.batch import Batch
+from tests.helpers import forkserver
 from tests.helpers.runs import FAST_SAC, REPO, read_csv
 from tests.helpers.toy_intervention import CLAMP, SCALE_BIAS, register_toys
 
@@ -152,7 +153,7 @@ def test_a_plugin_registered_from_outside_runs_end_to_end(tmp_path):
     args = [*FAST_SAC, f"--logdir={tmp_path}", "--max_steps=600", "--start_steps=200",
             "--eval_every=300", "--intervention=toy_scale_bias,toy_clamp",
             "--intervention_every=400", "--toy_scale_bias_factor=0.25", "--toy_clamp_bound=0.2"]
-    proc = subprocess.run([sys.executable, "tests/helpers/toy_intervention.py", *args], cwd=REPO,
+    proc = forkserver.run([sys.executable, "tests/helpers/toy_intervention.py", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "sac" / "cartpole-swingup" / "toy_scale_bias+toy_clamp-utd1-seed0"
@@ -162,7 +163,7 @@ def test_a_plugin_registered_from_outside_runs_end_to_end(tmp_path):
     rows = read_csv(run_dir / "interventions.csv")
     assert {r["kind"] for r in rows} == {"toy_scale_bias"}
     assert {r["env_step"] for r in rows} == {"400"}
-    help_text = subprocess.run([sys.executable, "tests/helpers/toy_intervention.py", "--help"],
+    help_text = forkserver.run([sys.executable, "tests/helpers/toy_intervention.py", "--help"],
                                cwd=REPO, capture_output=True, text=True, timeout=120).stdout
     assert "--toy_clamp_bound" in help_text and "toy_scale_bias" in help_text
 
@@ -191,7 +192,7 @@ def test_methods_from_registers_an_outside_module_for_a_continual_run(tmp_path):
     run_dir = tmp_path / "continual" / "random_label_digits" / "toy_scale_bias-seed0"
     assert json.loads((run_dir / "config.json").read_text())["toy_scale_bias_factor"] == 0.5
     assert {r["kind"] for r in read_csv(run_dir / "interventions.csv")} == {"toy_scale_bias"}
-    help_text = subprocess.run([sys.executable, "launch/run_sac.py", "--methods_from",
+    help_text = forkserver.run([sys.executable, "launch/run_sac.py", "--methods_from",
                                 "tests.helpers.toy_intervention", "--help"], cwd=REPO,
                                capture_output=True, text=True, timeout=120,
                                env=_with_repo_on_path()).stdout
@@ -204,7 +205,7 @@ def test_methods_from_registers_an_outside_module_for_a_continual_run(tmp_path):
     ("json", ["json defines no METHOD"]),
 ])
 def test_methods_from_a_module_it_cannot_load_is_one_line(module, words):
-    proc = subprocess.run([sys.executable, "launch/run_sac.py", f"--methods_from={module}"],
+    proc = forkserver.run([sys.executable, "launch/run_sac.py", f"--methods_from={module}"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr

@@ -20,6 +20,7 @@ from agents import make_agent
 from agents.sac import SACConfig
 from experiment import ctrl_c, runner, train
 from experiment.config import TrainConfig
+from tests.helpers import forkserver
 from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 
 # One worker runs this module (`--dist=loadgroup`, pytest.ini), so that the runs its module
@@ -93,7 +94,7 @@ def killed_while_saving(tmp_path_factory):
 
 def kill_while_saving(args, nth: int):
     """Run with `args`, SIGKILLed in the middle of writing its `nth` checkpoint."""
-    killed = subprocess.run([sys.executable, KILLSAVE, str(nth),
+    killed = forkserver.run([sys.executable, KILLSAVE, str(nth),
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -102,7 +103,7 @@ def kill_while_saving(args, nth: int):
 @pytest.mark.slow
 def test_ctrl_c_while_saving_completes_that_checkpoint_then_stops_with_one_line(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
-    proc = subprocess.run([sys.executable, KILLSAVE, "2",
+    proc = forkserver.run([sys.executable, KILLSAVE, "2",
                            script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "KILLSAVE_SIGNAL": "SIGINT"})
     assert proc.returncode == 130, proc.stderr[-2000:]
@@ -128,7 +129,7 @@ def wait_for_checkpoint(directory, proc, timeout=120):
 def test_sigkill_at_random_moment_then_resume_is_bit_identical(uninterrupted, tmp_path):
     intervention = "reset"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
+    proc = forkserver.popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_checkpoint(run_dir(tmp_path, intervention) / "checkpoints", proc)
     delay = random.Random().uniform(0.0, 1.5)
@@ -156,7 +157,7 @@ def test_sigterm_checkpoints_at_the_next_episode_end_then_resume_is_bit_identica
     intervention = "reset"
     args = [*ARGS, f"--intervention={intervention}", f"--logdir={tmp_path}",
             "--checkpoint_every=100000"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args, "--progress"],
+    proc = forkserver.popen([sys.executable, script("run_sac.py"), *args, "--progress"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     eval_csv = run_dir(tmp_path, intervention) / "eval.csv"
     start = time.time()
@@ -497,7 +498,7 @@ def test_an_error_c_code_made_of_a_ctrl_c_is_answered_as_the_ctrl_c():
 @pytest.mark.slow
 def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
+    proc = forkserver.popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wait_for_checkpoint(run_dir(tmp_path, "none") / "checkpoints", proc)
     proc.send_signal(signal.SIGINT)
@@ -537,7 +538,7 @@ def test_ctrl_c_stops_a_run_with_one_line_and_the_same_command_resumes(tmp_path)
 def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path, resume, again):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}",
             f"--resume={resume}"]
-    proc = subprocess.Popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
+    proc = forkserver.popen([sys.executable, script("run_sac.py"), *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     banner = proc.stderr.readline()  # printed before anything is compiled
     assert banner.startswith("sac on cartpole-swingup"), banner

@@ -24,6 +24,7 @@ from continual.resume import resume_state
 from continual.source import load_source
 from continual.tasks import BENCHMARKS
 from experiment.config import ConfigError
+from tests.helpers import forkserver
 from tests.helpers.continual_files import write_cifar, write_imagenet32, write_mnist
 from tests.helpers.runs import KILLSAVE, REPO, read_csv, run
 
@@ -103,7 +104,7 @@ def test_resume_after_a_kill_at_a_task_boundary_is_bit_identical(tmp_path):
              "--num_seeds=2", "--hidden_dim=8", "--epochs=1", "--checkpoint_every=1",
              "--progress=false"]
     run("run_continual.py", *flags, f"--logdir={tmp_path / 'whole'}")
-    killed = subprocess.run(  # SIGKILL while the third checkpoint (after task 2) is written
+    killed = forkserver.run(  # SIGKILL while the third checkpoint (after task 2) is written
         [sys.executable, KILLSAVE, "3",
          os.path.join(REPO, "launch", "run_continual.py"), *flags,
          f"--logdir={tmp_path / 'parts'}"], capture_output=True, text=True, cwd=REPO,
@@ -181,7 +182,7 @@ def test_bad_input_is_one_line(tmp_path, args, words):
 def test_sigterm_stops_at_a_task_boundary_after_a_checkpoint(tmp_path):
     flags = ["--task=random_label_digits", "--num_tasks=200", "--num_seeds=1", "--hidden_dim=8",
              "--epochs=1", "--diagnostics=false", "--progress=false", f"--logdir={tmp_path}"]
-    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "launch", "run_continual.py"),
+    proc = forkserver.popen([sys.executable, os.path.join(REPO, "launch", "run_continual.py"),
                              *flags], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     rows = os.path.join(run_dir(tmp_path, "random_label_digits", "none-seed0"), "tasks.csv")

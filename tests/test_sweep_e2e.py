@@ -4,13 +4,13 @@ seed, a few hundred steps), end to end through launch/aggregate.py, as a user ty
 import csv
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import scipy.stats
 
+from tests.helpers import forkserver
 from tests.helpers.runs import run
 
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
@@ -27,7 +27,7 @@ def read_csv(path):
 
 def test_sac_sweep_runs_every_job_and_aggregates_by_intervention_and_utd(tmp_path):
     logdir = tmp_path / "runs"
-    sweep = subprocess.run(
+    sweep = forkserver.run(
         [sys.executable, str(ROOT / "launch" / "sweep.py"), f"--logdir={logdir}", "--agent=sac",
          f"--envs={','.join(ENVS)}", f"--interventions={','.join(INTERVENTIONS)}", "--seeds=1",
          "--max_parallel=2", "--max_steps=400", "--start_steps=200", "--eval_every=200",

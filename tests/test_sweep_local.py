@@ -19,6 +19,7 @@ from sweeps.jobspec import JobSpec
 from sweeps.run_flags import SweepError
 from sweeps.state import SweepPaths, read_json
 from sweeps.submit import ExecutorOptions, job_env
+from tests.helpers import forkserver
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "launch" / "sweep.py"
@@ -54,7 +55,7 @@ def sweep_argv(logdir, scripts, *args):
 
 
 def sweep(logdir, scripts, *args, timeout=60):
-    return subprocess.run(sweep_argv(logdir, scripts, *args), capture_output=True, text=True,
+    return forkserver.run(sweep_argv(logdir, scripts, *args), capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -210,7 +211,7 @@ def test_requeue_signal_stops_the_run_and_the_worker_resumes_it(tmp_path, script
     argv = sweep_argv(logdir, scripts, "--envs=cheetah-run", "--max_steps=300",
                       "--eval_every=10", "--checkpoint_every=20", "--", "--step_s=0.01",
                       "--hold_at=40")  # until the SIGTERM the worker passes on
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    with forkserver.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as proc:
         wait_for(lambda: (logdir / key / "checkpoints" / "step_40").exists(),
                  what="a checkpoint")
@@ -324,11 +325,11 @@ def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_pa
     wait_for(lambda: (logdir / key / "eval.csv").exists() and len(eval_rows(logdir / key))
              >= 2, what="the run to start")
     out = tmp_path / "again.out"
-    with subprocess.Popen(sweep_argv(logdir, scripts, "--stop"), stdout=subprocess.PIPE,
+    with forkserver.popen(sweep_argv(logdir, scripts, "--stop"), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as stopping:
         wait_for(lambda: read_json(SweepPaths(str(logdir)).record(key)).get("stop_sent_to"),
                  what="the stop's SIGTERM")
-        with open(out, "w") as again_out, subprocess.Popen(
+        with open(out, "w") as again_out, forkserver.popen(
                 sweep_argv(logdir, scripts, *args), stdout=again_out, stderr=subprocess.PIPE,
                 text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}) as again:
             wait_for(lambda: out.read_text(), what="the relaunch's first line")
@@ -410,7 +411,7 @@ def test_flags_a_run_script_refuses_stop_the_sweep_before_it_launches(tmp_path, 
 def test_ctrl_c_while_the_flags_are_checked_launches_nothing(tmp_path, scripts):
     logdir = tmp_path / "runs"
     argv = sweep_argv(logdir, scripts, "--envs=cheetah-run", "--", "--dry_run_s=60")
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    with forkserver.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as proc:
         def checking():  # a run script started with --dry_run for this logdir
             for path in Path("/proc").glob("[0-9]*/cmdline"):

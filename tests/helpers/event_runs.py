@@ -3,9 +3,9 @@ log its events to interventions.csv with the per-layer report, and a SAC run kil
 writing a checkpoint resumes bit-identically."""
 
 import signal
-import subprocess
 import sys
 
+from tests.helpers import forkserver
 from tests.helpers.runs import FAST_SAC, KILLSAVE, REPO, read_csv, run, script
 from tests.test_resume import assert_bit_identical, returns
 
@@ -54,7 +54,7 @@ def sac_resumes_bit_identically(tmp_path, intervention: str, *extra: str) -> dic
     full = tmp_path / "full"
     run("run_sac.py", *SAC, f"--intervention={intervention}", *extra, f"--logdir={full}")
     args = [*SAC, f"--intervention={intervention}", *extra, f"--logdir={tmp_path / 'killed'}"]
-    killed = subprocess.run([sys.executable, KILLSAVE, "3",
+    killed = forkserver.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

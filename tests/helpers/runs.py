@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import forkserver
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HELPERS = os.path.join(REPO, "tests", "helpers")
 KILLSAVE = os.path.join(HELPERS, "killsave.py")  # a run script SIGKILLed mid-checkpoint
@@ -48,8 +50,9 @@ def run(name: str, *args: str, check: bool = True, timeout: float = 300, env=Non
 
         proc = run_script(script(name), list(args), cwd=str(cwd))
     else:
-        full_env = {**os.environ, **(env or {})}  # MUJOCO_GL and JAX_PLATFORMS from conftest
-        proc = subprocess.run([sys.executable, script(name), *args], capture_output=True,
+        # MUJOCO_GL and JAX_PLATFORMS from conftest; without `env`, forked by the fork server
+        full_env = {**os.environ, **env} if env else None
+        proc = forkserver.run([sys.executable, script(name), *args], capture_output=True,
                               text=True, timeout=timeout, env=full_env, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"{name} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
