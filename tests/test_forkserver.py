@@ -16,7 +16,7 @@ PROBE = """\
 import os, signal, sys, time
 print("argv", sys.argv[1:])
 print("cwd", os.getcwd())
-print("path0", sys.path[0])
+print("path", sys.path)
 print("env", os.environ.get("FORKSERVER_PROBE"))
 print("handlers", signal.getsignal(signal.SIGINT) is signal.default_int_handler,
       signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)

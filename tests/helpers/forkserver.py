@@ -33,7 +33,7 @@ PRELOAD = ("numpy", "scipy.linalg", "jax", "jax.numpy", "flax.linen", "optax", "
            "submitit")
 
 
-# --- the server: a process of its own, `python -m tests.helpers.forkserver FD` ---
+# --- the server: a process of its own, `python tests/helpers/forkserver.py FD` ---
 
 _WAKE: list[int] = []  # the server's pipe for SIGCHLD, closed in each child
 
@@ -173,12 +173,11 @@ def _serve(sock: socket.socket) -> None:
 class _Server:
     def __init__(self):
         ours, theirs = socket.socketpair()
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        # Started as a file (sys.path[0] its folder, which a child replaces by its script's), so
+        # that a child's sys.path is what `python script.py` would have.
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.helpers.forkserver", str(theirs.fileno())],
-            pass_fds=[theirs.fileno()], env={**os.environ, "PYTHONPATH": path},
-            stdin=subprocess.DEVNULL)
+            [sys.executable, os.path.abspath(__file__), str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         theirs.close()
         self.sock = ours
         self.lock = threading.Lock()
