@@ -231,7 +231,7 @@ def test_a_run_killed_while_saving_and_resumed_holds_each_step_once(logged_run, 
     so it may hold steps past the resume point), and the resumed run fills in the rest."""
     args = [*ARGS, *DASHBOARDS, f"--logdir={tmp_path}"]
     env = {**os.environ, "WANDB__TRANSACTION_LOG_FLUSH_INTERVAL": "0.01"}
-    killed = forkserver.run([sys.executable, KILLSAVE, "3",
+    killed = subprocess.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True, env=env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

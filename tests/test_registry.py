@@ -192,7 +192,7 @@ def test_methods_from_registers_an_outside_module_for_a_continual_run(tmp_path):
     run_dir = tmp_path / "continual" / "random_label_digits" / "toy_scale_bias-seed0"
     assert json.loads((run_dir / "config.json").read_text())["toy_scale_bias_factor"] == 0.5
     assert {r["kind"] for r in read_csv(run_dir / "interventions.csv")} == {"toy_scale_bias"}
-    help_text = forkserver.run([sys.executable, "launch/run_sac.py", "--methods_from",
+    help_text = subprocess.run([sys.executable, "launch/run_sac.py", "--methods_from",
                                 "tests.helpers.toy_intervention", "--help"], cwd=REPO,
                                capture_output=True, text=True, timeout=120,
                                env=_with_repo_on_path()).stdout

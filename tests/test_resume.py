@@ -103,7 +103,7 @@ def kill_while_saving(args, nth: int):
 @pytest.mark.slow
 def test_ctrl_c_while_saving_completes_that_checkpoint_then_stops_with_one_line(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
-    proc = forkserver.run([sys.executable, KILLSAVE, "2",
+    proc = subprocess.run([sys.executable, KILLSAVE, "2",
                            script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "KILLSAVE_SIGNAL": "SIGINT"})
     assert proc.returncode == 130, proc.stderr[-2000:]

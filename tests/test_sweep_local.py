@@ -329,7 +329,7 @@ def test_a_launch_during_a_stop_waits_for_it_then_resumes_the_stopped_job(tmp_pa
                           stderr=subprocess.PIPE, text=True) as stopping:
         wait_for(lambda: read_json(SweepPaths(str(logdir)).record(key)).get("stop_sent_to"),
                  what="the stop's SIGTERM")
-        with open(out, "w") as again_out, forkserver.popen(
+        with open(out, "w") as again_out, subprocess.Popen(
                 sweep_argv(logdir, scripts, *args), stdout=again_out, stderr=subprocess.PIPE,
                 text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}) as again:
             wait_for(lambda: out.read_text(), what="the relaunch's first line")
