@@ -53,6 +53,15 @@ def _streams() -> None:
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
 
 
+def exit_code(e: SystemExit) -> int:
+    """The exit code of a process ended by `e`: sys.exit("message") prints the message and is
+    1, as the interpreter does."""
+    if e.code is None or isinstance(e.code, int):
+        return e.code or 0
+    print(e.code, file=sys.stderr)
+    return 1
+
+
 def _script_frames(traceback, script: str):
     """The traceback from the script's own frame on (not this module's or runpy's)."""
     path = os.path.abspath(script)
@@ -73,11 +82,7 @@ def _run(script: str) -> int:
     try:
         runpy.run_path(os.path.abspath(script), run_name="__main__")  # as `python` does
     except SystemExit as e:
-        if isinstance(e.code, int) or e.code is None:
-            code = e.code or 0
-        else:
-            print(e.code, file=sys.stderr)
-            code = 1
+        code = exit_code(e)
     except BaseException as e:  # noqa: BLE001 - what the interpreter would report
         e.with_traceback(_script_frames(e.__traceback__, script))  # what the hook prints
         sys.excepthook(type(e), e, e.__traceback__)

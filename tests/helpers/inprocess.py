@@ -23,6 +23,7 @@ from absl import logging as absl_logging
 
 import experiment.cli  # noqa: F401 - its module-level flag (--methods_from) stays defined
 from experiment import ctrl_c
+from tests.helpers import forkserver
 
 _ready = False
 
@@ -145,11 +146,7 @@ def run_script(path: str, args: list[str], cwd: str) -> subprocess.CompletedProc
         try:
             runpy.run_path(path, run_name="__main__")
         except SystemExit as e:
-            if e.code is None or isinstance(e.code, int):
-                code = e.code or 0
-            else:  # sys.exit("message"): Python prints it and exits 1
-                print(e.code, file=sys.stderr)
-                code = 1
+            code = forkserver.exit_code(e)
         except KeyboardInterrupt:  # the scripts answer their own; this one stops the tests
             raise
         except BaseException:  # noqa: BLE001 - reported as the process would report it
