@@ -8,6 +8,7 @@ import sys
 import pytest
 from absl import flags
 
+from tests.helpers import inprocess
 from tests.helpers.runs import run
 
 
@@ -21,6 +22,7 @@ def test_a_script_in_process_answers_as_its_own_process(tmp_path):
 
 
 def test_the_process_is_left_as_it_was(tmp_path):
+    inprocess._init_absl_once()  # noqa: SLF001 - absl's help flags stay, made once a process
     names = set(flags.FLAGS)
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     hooks = sys.excepthook, sys.unraisablehook
