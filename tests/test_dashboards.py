@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import struct
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -32,9 +31,9 @@ from tests.helpers.fixtures import shared_fixture
 from tests.helpers.runs import FAST_SAC, HELPERS, KILLSAVE, REPO, read_csv, run, script
 
 # 2 seeds, 125-step episodes, a checkpoint and an evaluation at every episode end, a clip at 700.
-ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=1000",
-        "--start_steps=100", "--eval_every=125", "--log_every=125", "--checkpoint_every=125",
-        "--intervention=clip", "--intervention_steps=700", "--clip_c=1.2"]
+ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--batch_size=32",
+        "--max_steps=1000", "--start_steps=100", "--eval_every=125", "--log_every=125",
+        "--checkpoint_every=125", "--intervention=clip", "--intervention_steps=700", "--clip_c=1.2"]
 DASHBOARDS = ["--log_to=tensorboard,wandb", "--wandb_mode=offline"]
 
 
@@ -231,7 +230,7 @@ def test_a_run_killed_while_saving_and_resumed_holds_each_step_once(logged_run, 
     so it may hold steps past the resume point), and the resumed run fills in the rest."""
     args = [*ARGS, *DASHBOARDS, f"--logdir={tmp_path}"]
     env = {**os.environ, "WANDB__TRANSACTION_LOG_FLUSH_INTERVAL": "0.01"}
-    killed = subprocess.run([sys.executable, KILLSAVE, "3",
+    killed = forkserver.run([sys.executable, KILLSAVE, "3",
                              script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                             text=True, env=env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -282,7 +281,7 @@ def test_wandb_without_an_account_stops_with_one_line_and_offline_then_trains(tm
     env.update(NETRC=str(tmp_path / "no_netrc"), WANDB_CONFIG_DIR=str(tmp_path / "wandb_config"))
     args = [script("run_continual.py"), "--num_tasks=2", "--hidden_dim=8", "--epochs=1",
             "--progress=false", "--log_to=wandb", f"--logdir={tmp_path}"]
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+    proc = forkserver.run([sys.executable, *args], capture_output=True, text=True, env=env,
                           cwd=REPO, timeout=300)
     assert proc.returncode == 1, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
@@ -291,7 +290,7 @@ def test_wandb_without_an_account_stops_with_one_line_and_offline_then_trains(tm
     assert errors[0].endswith("--wandb_mode=offline logs without an account or network")
     run_dir = tmp_path / "continual" / "random_label_digits" / "none-seed0"
     assert read_csv(run_dir / "tasks.csv") == []
-    proc = subprocess.run([sys.executable, *args, "--wandb_mode=offline"], capture_output=True,
+    proc = forkserver.run([sys.executable, *args, "--wandb_mode=offline"], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(read_csv(run_dir / "tasks.csv")) == 2 and (run_dir / "done.json").exists()

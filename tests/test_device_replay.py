@@ -180,8 +180,8 @@ def test_an_update_dispatched_before_its_env_step_trains_as_one_after_it(tmp_pat
 
 
 ARGS = [*FAST_SAC, "--replay_on_device", "--num_seeds=2", "--utd=2", "--action_repeat=8",
-        "--max_steps=500", "--start_steps=100", "--eval_every=125", "--log_every=125",
-        "--checkpoint_every=125", "--buffer_capacity=300"]
+        "--batch_size=32", "--max_steps=500", "--start_steps=100", "--eval_every=125",
+        "--log_every=125", "--checkpoint_every=125", "--buffer_capacity=300"]
 
 
 def _returns(logdir):

@@ -219,7 +219,7 @@ def test_unknown_backend_is_refused_with_the_accepted_ones(tmp_path):
 
 
 ARGS = [*(a for a in FAST_SAC if not a.startswith("--eval_episodes")), "--eval_episodes=2",
-        "--env_backend=envpool", "--num_seeds=2", "--utd=2", "--action_repeat=8",
+        "--env_backend=envpool", "--num_seeds=2", "--utd=2", "--action_repeat=8", "--batch_size=32",
         "--max_steps=500", "--start_steps=100", "--eval_every=125", "--log_every=125",
         "--checkpoint_every=125"]
 

@@ -2,6 +2,7 @@
 `python script.py` starts: the same exit code, output, working directory, environment, sys.path,
 signal handling and end by a signal."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -84,11 +85,33 @@ def test_a_new_session_and_a_timeout(probe):
         forkserver.run([sys.executable, probe, "wait"], capture_output=True, timeout=2)
 
 
-def test_what_it_cannot_fork_is_started_by_subprocess(probe):
-    """Another environment (read by the libraries as they import), code given with -c, or a
-    Popen argument the server does not take."""
-    for args, kwargs in [([sys.executable, probe, "ok"], {"env": {"A": "1"}}),
+def test_an_environment_of_its_own_is_what_the_script_reads(probe):
+    """`env` with variables read only as the script runs: forked, with that environment (the
+    added variable, and none of the removed ones), as subprocess starts it."""
+    forkserver._get_server()  # noqa: SLF001
+    env = {k: v for k, v in os.environ.items() if k != "FORKSERVER_PROBE"}
+    for extra in ({}, {"FORKSERVER_PROBE": "given in env"}):
+        args, kwargs = [sys.executable, probe, "ok"], {"env": {**env, **extra}}
+        with forkserver.popen(args, stdout=subprocess.DEVNULL, **kwargs) as proc:
+            assert type(proc) is forkserver.Popen
+        forked = forkserver.run(args, capture_output=True, text=True, timeout=60, **kwargs)
+        started = subprocess.run(args, capture_output=True, text=True, timeout=60, **kwargs)
+        assert forked.stdout == started.stdout
+        assert f"env {extra.get('FORKSERVER_PROBE')}" in forked.stdout
+
+
+def test_what_it_cannot_fork_is_started_by_subprocess(probe, monkeypatch):
+    """Another value of a variable read as the interpreter starts or the libraries import
+    (given in `env`, or set in this process after the server started), code given with -c, or
+    a Popen argument the server does not take."""
+    forkserver._get_server()  # noqa: SLF001
+    flags = {**os.environ, "XLA_FLAGS": "--xla_dump_to=/nowhere"}
+    for args, kwargs in [([sys.executable, probe, "ok"], {"env": flags}),
+                         ([sys.executable, probe, "ok"], {"env": {"A": "1"}}),
                          ([sys.executable, "-c", "pass"], {}),
                          ([sys.executable, probe, "ok"], {"preexec_fn": lambda: None})]:
         with forkserver.popen(args, stdout=subprocess.DEVNULL, **kwargs) as proc:
             assert type(proc) is subprocess.Popen
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    with forkserver.popen([sys.executable, probe, "ok"], stdout=subprocess.DEVNULL) as proc:
+        assert type(proc) is subprocess.Popen

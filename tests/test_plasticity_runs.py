@@ -15,9 +15,9 @@ from tests.test_resume import assert_bit_identical, kill_while_saving, returns
 pytestmark = pytest.mark.slow  # every test here takes seconds: `-m "not slow"` leaves them out
 
 ALL = "shrink_perturb+nap+spectral_reg+l2_init+parseval"
-SAC_ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=500",
-            "--start_steps=100", "--eval_every=125", "--log_every=125", "--checkpoint_every=125",
-            "--intervention_steps=200,450", f"--intervention={ALL}"]
+SAC_ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--batch_size=32",
+            "--max_steps=500", "--start_steps=100", "--eval_every=125", "--log_every=125",
+            "--checkpoint_every=125", "--intervention_steps=200,450", f"--intervention={ALL}"]
 
 
 def run_dir(logdir, agent, env):

@@ -30,9 +30,9 @@ pytestmark = pytest.mark.xdist_group("test_resume")
 # 2 seeds, UTD 2, 125-step episodes (action repeat 8), a checkpoint at every episode end, and
 # the intervention at step 450, after any resume point the kills below can produce (250 at
 # most: a kill while the third checkpoint is written, or within 1.5 s of the first).
-ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=500",
-        "--start_steps=100", "--eval_every=125", "--log_every=125", "--checkpoint_every=125",
-        "--intervention_steps=450", "--clip_c=1.2"]
+ARGS = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--batch_size=32",
+        "--max_steps=500", "--start_steps=100", "--eval_every=125", "--log_every=125",
+        "--checkpoint_every=125", "--intervention_steps=450", "--clip_c=1.2"]
 # The same without an intervention (and without --clip_c, which would add a warning line).
 NO_INTERVENTION = [*(a for a in ARGS if not a.startswith("--clip_c")), "--intervention=none",
                    "--intervention_steps="]
@@ -103,7 +103,7 @@ def kill_while_saving(args, nth: int):
 @pytest.mark.slow
 def test_ctrl_c_while_saving_completes_that_checkpoint_then_stops_with_one_line(tmp_path):
     args = [*NO_INTERVENTION, f"--logdir={tmp_path}"]
-    proc = subprocess.run([sys.executable, KILLSAVE, "2",
+    proc = forkserver.run([sys.executable, KILLSAVE, "2",
                            script("run_sac.py"), *args], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "KILLSAVE_SIGNAL": "SIGINT"})
     assert proc.returncode == 130, proc.stderr[-2000:]

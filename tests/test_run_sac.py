@@ -28,9 +28,9 @@ EXPECTED_FILES = {"config.json", "eval.csv", "train.csv", "diagnostics.csv", "in
 
 
 def run_args(intervention, utd):
-    return [*FAST_SAC, "--num_seeds=2", f"--utd={utd}", "--max_steps=2500", "--start_steps=500",
-            "--eval_every=500", "--log_every=1000", f"--intervention={intervention}",
-            "--intervention_every=500", "--clip_c=1.2"]
+    return [*FAST_SAC, "--num_seeds=2", f"--utd={utd}", "--batch_size=32", "--max_steps=2500",
+            "--start_steps=500", "--eval_every=500", "--log_every=1000",
+            f"--intervention={intervention}", "--intervention_every=500", "--clip_c=1.2"]
 
 
 @shared_fixture(params=[("clip", 1), ("reset", 3)], ids=["clip-utd1", "reset-utd3"])

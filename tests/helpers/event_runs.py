@@ -12,9 +12,9 @@ from tests.test_resume import assert_bit_identical, returns
 # 2 seeds, UTD 2, 125-step episodes, a checkpoint at every episode end; events at 200 (before
 # the checkpoint at 250 that a kill during the third save resumes from) and at 400 (after it).
 SAC_STEPS = (200, 400)
-SAC = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--max_steps=500",
-       "--start_steps=100", "--eval_every=125", "--log_every=125", "--checkpoint_every=125",
-       f"--intervention_steps={','.join(map(str, SAC_STEPS))}"]
+SAC = [*FAST_SAC, "--num_seeds=2", "--utd=2", "--action_repeat=8", "--batch_size=32",
+       "--max_steps=500", "--start_steps=100", "--eval_every=125", "--log_every=125",
+       "--checkpoint_every=125", f"--intervention_steps={','.join(map(str, SAC_STEPS))}"]
 BRO_STEPS = (30, 50)
 BRO = ["--env=cartpole-balance", "--critic_width=16", "--critic_depth=1", "--actor_width=8",
        "--actor_depth=0", "--optimistic_width=8", "--optimistic_depth=0", "--num_quantiles=5",

@@ -12,9 +12,10 @@ server is a new interpreter, started on first use, one per test process, that im
 (no JAX computation, no thread) and forks a child for each script; it exits with that process.
 TESTS_FORKSERVER=0 starts every process with subprocess instead.
 
-Only commands `[sys.executable, <a .py file>, args...]` without `env` go through the server (a
-process started with another environment may need it before its imports: XLA_FLAGS, JAX_*);
-the rest go to subprocess. A forked script shares the server's hash seed."""
+Only commands `[sys.executable, <a .py file>, args...]` go through the server, and only with an
+environment (`env`, or this process's) whose AT_START variables are those the server started
+with: the interpreter and the preloaded libraries read them as they start and import
+(PYTHONHASHSEED, JAX_PLATFORMS, XLA_FLAGS, ...). The rest go to subprocess."""
 
 import io
 import json
@@ -31,6 +32,13 @@ ENABLED = os.environ.get("TESTS_FORKSERVER", "1") != "0"
 PRELOAD = ("numpy", "scipy.linalg", "jax", "jax.numpy", "flax.linen", "optax", "chex",
            "orbax.checkpoint", "mujoco", "dm_control.suite", "absl.app", "absl.flags", "tqdm",
            "submitit")
+# Prefixes of the environment variables that the interpreter and PRELOAD's libraries read as
+# they start or import; a process that needs other values of these needs an interpreter of its
+# own. Any other variable (WANDB_*, NETRC, SINGULARCLIP_CACHE) a child reads when it runs.
+AT_START = ("PYTHON", "JAX_", "XLA_", "TF_", "MUJOCO_", "PYOPENGL", "EGL", "DISPLAY", "OMP_",
+            "OPENBLAS_", "MKL_", "NPY_", "NUMPY_", "LD_", "CUDA", "NVIDIA", "TPU_", "ABSL",
+            "TQDM", "SUBMITIT", "ORBAX", "TENSORSTORE", "GRPC", "HOME", "TMP", "TEMP", "LANG",
+            "LC_")
 
 
 # --- the server: a process of its own, `python tests/helpers/forkserver.py FD` ---
@@ -184,6 +192,7 @@ class _Server:
             [sys.executable, os.path.abspath(__file__), str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         theirs.close()
+        self.at_start = _at_start(os.environ)
         self.sock = ours
         self.lock = threading.Lock()
         self.buffer = b""
@@ -216,9 +225,10 @@ class _Server:
                     return message
             self._pump(timeout)
 
-    def start(self, argv: list[str], cwd: str, fds: list[int], new_session: bool) -> int:
+    def start(self, argv: list[str], cwd: str, env: dict[str, str], fds: list[int],
+              new_session: bool) -> int:
         with self.lock:
-            request = json.dumps({"argv": argv, "cwd": cwd, "env": dict(os.environ),
+            request = json.dumps({"argv": argv, "cwd": cwd, "env": dict(env),
                                   "new_session": new_session}).encode()
             socket.send_fds(self.sock, [request + b"\n"], fds)
             return self._take(lambda m: "started" in m, timeout=None)["started"]
@@ -240,19 +250,28 @@ def _get_server() -> _Server:
     return _server
 
 
+def _at_start(env) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.upper().startswith(AT_START)}
+
+
 def _forkable(args, env, kwargs) -> bool:
-    """`python <file>.py ...` in this process's environment, with what Popen takes."""
-    return (ENABLED and env is None and isinstance(args, list | tuple) and len(args) >= 2
+    """`python <file>.py ...` with what Popen takes, in an environment whose AT_START variables
+    are the server's (this process's, where no server runs yet)."""
+    if not (ENABLED and isinstance(args, list | tuple) and len(args) >= 2
             and args[0] == sys.executable and str(args[1]).endswith(".py")
             and set(kwargs) <= {"stdin", "stdout", "stderr", "cwd", "text",
-                                "start_new_session"})
+                                "start_new_session"}):
+        return False
+    at_start = _at_start(os.environ) if _server is None or _server.process.poll() is not None \
+        else _server.at_start
+    return _at_start(os.environ if env is None else env) == at_start
 
 
 class Popen:
     """subprocess.Popen for `[sys.executable, script, args...]`, forked by the server."""
 
     def __init__(self, args, stdin=None, stdout=None, stderr=None, cwd=None, text=False,
-                 start_new_session=False):
+                 start_new_session=False, env=None):
         self.args = list(map(str, args))
         self.returncode = None
         child, parent, close = [], [], []
@@ -274,7 +293,8 @@ class Popen:
                 fd, end = spec.fileno(), None
             child.append(fd)
             parent.append(end)
-        self.pid = _get_server().start(self.args[1:], os.fspath(cwd or os.getcwd()), child,
+        self.pid = _get_server().start(self.args[1:], os.fspath(cwd or os.getcwd()),
+                                       os.environ if env is None else env, child,
                                        start_new_session)
         for fd in close:
             os.close(fd)
@@ -351,7 +371,7 @@ class Popen:
 def popen(args, env=None, **kwargs):
     """Popen from the server where it can start `args`, else subprocess.Popen."""
     if _forkable(args, env, kwargs):
-        return Popen(args, **kwargs)
+        return Popen(args, env=env, **kwargs)
     return subprocess.Popen(args, env=env, **kwargs)
 
 
@@ -365,7 +385,7 @@ def run(args, capture_output=False, timeout=None, check=False, env=None, input=N
         kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
     if input is not None:
         kwargs["stdin"] = subprocess.PIPE
-    proc = Popen(args, **kwargs)
+    proc = Popen(args, env=env, **kwargs)
     try:
         out, err = proc.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
