@@ -15,7 +15,8 @@ TESTS_FORKSERVER=0 starts every process with subprocess instead.
 Only commands `[sys.executable, <a .py file>, args...]` go through the server, and only with an
 environment (`env`, or this process's) whose AT_START variables are those the server started
 with: the interpreter and the preloaded libraries read them as they start and import
-(PYTHONHASHSEED, JAX_PLATFORMS, XLA_FLAGS, ...). The rest go to subprocess."""
+(PYTHONHASHSEED, JAX_PLATFORMS, XLA_FLAGS, ...). The rest go to subprocess. A forked script
+shares the server's hash seed."""
 
 import io
 import json
