@@ -114,8 +114,20 @@ AGENTS: dict[str, Registered] = {
 
 def make_agent(name: str, config: Any = None, hooks: Any = None) -> Agent:
     """The registered agent `name` with `config` (its default config when None) and the
-    interventions' per-step `hooks` (interventions.Hooks; None: none)."""
+    interventions' per-step `hooks` (interventions.Hooks; None: none). The same arguments give
+    the same agent (its functions), so that the compiled programs made for one run serve the
+    next run of the process with them (experiment/step_fns.py)."""
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; known: {', '.join(sorted(AGENTS))}")
     entry = AGENTS[name]
-    return entry.build(config if config is not None else entry.config(), hooks)
+    config = config if config is not None else entry.config()
+    try:
+        hash((config, hooks))
+    except TypeError:  # a config or hooks that cannot be a key: an agent of its own
+        return entry.build(config, hooks)
+    return _built(entry.build, config, hooks)
+
+
+@functools.lru_cache(maxsize=8)
+def _built(build: Callable[..., Agent], config: Any, hooks: Any) -> Agent:
+    return build(config, hooks)

@@ -25,7 +25,7 @@ from agents.bro_state import BoundedScalar, BROConfig, BROState
 from agents.common import Temperature, polyak, sow_features
 from learners.batch import Batch
 from learners.hooks import after_step, penalized, with_penalty
-from learners.train_state import train_state
+from learners.train_state import shared, train_state
 from networks import BroActor, Ensemble, OptimisticActor, QuantileCritic, tanh_gaussian_sample
 
 NUM_CRITICS = 2  # the optimism and pessimism terms use the spread |q1 - q2| / 2 of two critics
@@ -53,12 +53,12 @@ def networks(config: BROConfig, act_dim: int) -> tuple[nn.Module, nn.Module, nn.
 
 def init(key: jax.Array, obs_dim: int, act_dim: int, config: BROConfig) -> BROState:
     """Fresh agent state; every network initialised from `key`; target critic = critic."""
-    actor_net, optimistic_net, critic_net = networks(config, act_dim)
+    actor_net, optimistic_net, critic_net = shared(networks, config, act_dim)
     k_actor, k_optimistic, k_critic, k_rng = jax.random.split(key, 4)
     obs, act = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
 
     def adamw(lr):
-        return optax.adamw(lr, weight_decay=config.weight_decay)
+        return shared(optax.adamw, lr, weight_decay=config.weight_decay)
 
     actor = train_state(
         actor_net.apply, actor_net.init(k_actor, obs)["params"], adamw(config.actor_lr)
@@ -69,10 +69,11 @@ def init(key: jax.Array, obs_dim: int, act_dim: int, config: BROConfig) -> BROSt
     critic = train_state(critic_net.apply, critic_params, adamw(config.critic_lr))
 
     def scalar(module, lr, b1):
-        return train_state(module.apply, module.init(k_rng)["params"], optax.adam(lr, b1=b1))
+        return train_state(module.apply, module.init(k_rng)["params"],
+                           shared(optax.adam, lr, b1=b1))
 
     def bounded(init_value):
-        module = BoundedScalar(init_value, config.scalar_log_min, config.scalar_log_max)
+        module = shared(BoundedScalar, init_value, config.scalar_log_min, config.scalar_log_max)
         return scalar(module, config.scalar_lr, config.scalar_b1)
 
     return BROState(
@@ -80,7 +81,7 @@ def init(key: jax.Array, obs_dim: int, act_dim: int, config: BROConfig) -> BROSt
         optimistic_actor=optimistic,
         critic=critic,
         target_critic_params=critic_params,
-        temp=scalar(Temperature(config.init_temperature), config.temp_lr, config.temp_b1),
+        temp=scalar(shared(Temperature, config.init_temperature), config.temp_lr, config.temp_b1),
         optimism=bounded(config.init_optimism),
         kl_weight=bounded(config.init_kl_weight),
         rng=k_rng,

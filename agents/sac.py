@@ -25,7 +25,7 @@ from agents.common import (
 )
 from learners.batch import Batch
 from learners.hooks import after_step, penalized, with_penalty
-from learners.train_state import train_state
+from learners.train_state import shared, train_state
 from networks import Critic, Ensemble, TanhGaussianPolicy, tanh_gaussian_sample
 
 RESET_EVERY = 200_000  # env steps between SAC's resets (Nikishin et al. 2022)
@@ -87,16 +87,16 @@ def networks(config: SACConfig, act_dim: int) -> tuple[nn.Module, nn.Module]:
 
 def init(key: jax.Array, obs_dim: int, act_dim: int, config: SACConfig) -> SACState:
     """Fresh agent state; every network initialised from `key`."""
-    actor_net, critic_net = networks(config, act_dim)
+    actor_net, critic_net = shared(networks, config, act_dim)
     k_actor, k_critic, k_rng = jax.random.split(key, 3)
     obs, act = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
-    actor = train_state(
-        actor_net.apply, actor_net.init(k_actor, obs)["params"], optax.adam(config.actor_lr)
-    )
+    actor = train_state(actor_net.apply, actor_net.init(k_actor, obs)["params"],
+                        shared(optax.adam, config.actor_lr))
     critic_params = critic_net.init(k_critic, obs, act)["params"]
-    critic = train_state(critic_net.apply, critic_params, optax.adam(config.critic_lr))
-    temp_net = Temperature(config.init_temperature)
-    temp = train_state(temp_net.apply, temp_net.init(k_rng)["params"], optax.adam(config.temp_lr))
+    critic = train_state(critic_net.apply, critic_params, shared(optax.adam, config.critic_lr))
+    temp_net = shared(Temperature, config.init_temperature)
+    temp = train_state(temp_net.apply, temp_net.init(k_rng)["params"],
+                       shared(optax.adam, config.temp_lr))
     return SACState(
         actor=actor,
         critic=critic,

@@ -1,5 +1,6 @@
 """Plasticity diagnostics of a batched agent state, and their long-format CSV rows."""
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 
 import jax
@@ -19,16 +20,26 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
     features on `batch` (leaves `(seeds, batch, ...)`; None: the spectra alone). Call it as it
     is, not under jax.jit: the extreme singular values of the large matrices go through
     `weight_extremes`' compiled programs, which the run's event reports share
-    (`interventions.diagnostics.shared_layers`); the rest is one compiled call.
+    (`interventions.diagnostics.shared_layers`); the rest is one compiled call, made once per
+    agent's functions and settings in a process (a later run's diagnostics call its program).
     """
+    key = (agent.weights, agent.features, tuple(taus), srank_threshold)
+    try:
+        hash(key)
+    except TypeError:  # settings that cannot be a key: functions of their own
+        return _make(*key)
+    return _shared(*key)
 
+
+def _make(weights: Callable, features: Callable, taus: tuple[float, ...],
+          srank_threshold: float) -> Callable:
     @jax.jit
     def rest(states, batch, extremes):
         out = {net: weight_metrics(params, extremes=extremes[net])
-               for net, params in agent.weights(states).items()}
+               for net, params in weights(states).items()}
         if batch is None:
             return out
-        feats = jax.vmap(agent.features)(states, batch)
+        feats = jax.vmap(features)(states, batch)
         for net, layers in feats.items():
             metrics = feature_metrics(layers, taus, srank_threshold)
             out.setdefault(net, {}).update({f"{layer}/features": m for layer, m in metrics.items()})
@@ -36,7 +47,7 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
 
     def extremes(states):
         return {net: weight_extremes(params, layers=shared_layers(params))
-                for net, params in agent.weights(states).items()}
+                for net, params in weights(states).items()}
 
     def diagnose(states, batch=None):
         return rest(states, batch, extremes(states))
@@ -45,6 +56,9 @@ def make_diagnostics(agent: Agent, taus: Sequence[float] = DORMANT_TAUS,
     # Its program as it would compile for these arguments (jax.stages.Lowered).
     diagnose.lower = lambda states, batch=None: rest.lower(states, batch, extremes(states))
     return diagnose
+
+
+_shared = functools.lru_cache(maxsize=8)(_make)
 
 
 def rows(env_step: int, seeds: Sequence[int], values: dict, *prefix) -> Iterator[tuple]:

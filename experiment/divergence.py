@@ -6,6 +6,7 @@ import os
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
@@ -31,9 +32,15 @@ class Diverged(protocol.Diverged):
 LOSS_LIMIT = 1e10
 
 
+@jax.jit
+def finite_per_seed(tree):
+    """For each leaf (seeds, ...), whether each seed's values are all finite: (seeds,) bools."""
+    return jax.tree.map(lambda x: jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1), tree)
+
+
 class DivergenceChecks:
     """`Trainer`'s checks for a broken run, on its `cfg`, `agent`, `loss_warnings`,
-    `check_finite` and `metric_means`."""
+    and `metric_means`."""
 
     def check_losses(self, env_step: int, means: dict[str, np.ndarray]) -> None:
         """Warn once per loss whose finite mean passes LOSS_LIMIT in magnitude (a loss that
@@ -68,7 +75,7 @@ class DivergenceChecks:
             if bad.size:
                 raise Diverged(f"{name} is {values[bad[0]]}", loop.env_step,
                                self.cfg.seeds[bad[0]])
-        finite = jax.device_get(self.check_finite(self.agent.weights(loop.states)))
+        finite = jax.device_get(finite_per_seed(self.agent.weights(loop.states)))
         for path, ok in jax.tree_util.tree_flatten_with_path(finite)[0]:
             if not ok.all():
                 seed = self.cfg.seeds[int(np.flatnonzero(~ok)[0])]

@@ -7,6 +7,7 @@ The interventions library knows nothing about agents; this glue reads from the a
 `interventions.registry.Learner`) which state paths to act on and how it resets.
 """
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -39,12 +40,18 @@ def intervention_plan(agent: Agent, cfg: TrainConfig) -> Plan:
     flag of a setting that cannot work."""
     try:
         plan = make_plan(cfg.intervention, cfg.method_settings, agent)
-        state = jax.eval_shape(lambda key: agent.init(key, 3, 2), jax.random.key(0))
+        state = _abstract_state(agent.init)
         for bound in plan.bound:
             check_parts(state, bound, agent)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return plan
+
+
+@functools.lru_cache(maxsize=8)
+def _abstract_state(init: Callable):
+    """The state `init` makes, traced once per agent (agents.make_agent) in a process."""
+    return jax.eval_shape(lambda key: init(key, 3, 2), jax.random.key(0))
 
 
 def with_hooks(agent: Agent, plan: Plan) -> Agent:
@@ -77,11 +84,80 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
     spares the report computing their extreme singular values; `init_fn`, `init_keys` and
     `data_fn` as in `build_intervention`."""
     method, config = plan.event.method, plan.event.config
-    needs = set(method.needs_of(config))
+    needs = _needs(learner, plan)
+    event = _event_program(learner, plan, init_fn)
+
+    def arguments(states, env_step: int, spectra: dict | None = None) -> tuple:
+        """The event's replay data (None: it needs none) and the large matrices' extremes."""
+        data = data_fn(env_step, *method.data_shape(config)) if "data" in needs else None
+        # The large matrices' extreme singular values, before and after, go through the
+        # programs the diagnostics compiled (weight_extremes): each compiles once per run.
+        extremes = _extremes(spectra)
+        for net, params in learner.weights(states).items():
+            have = extremes.setdefault(net, {})
+            have.update(weight_extremes(params, layers=shared_layers(params) - have.keys()))
+        return data, extremes
+
+    def apply(states, env_step: int, spectra: dict | None = None):
+        data, extremes = arguments(states, env_step, spectra)
+        new, report, kept = event(states, env_step, data, extremes, init_keys)
+        for net, params in learner.weights(new).items():
+            if kept[net]:
+                after = weight_extremes(params, skip=kept[net], layers=kept[net].keys())
+                changes = {name: report[net][name]["fro_change"] for name in kept[net]}
+                before = {name: extremes[net][name] for name in kept[net]}
+                for name, metrics in _cond_after(changes, before, after).items():
+                    report[net][name]["cond_after"] = metrics["cond_after"]
+        return new, list(diag.rows(env_step, seeds, jax.device_get(report), method.name))
+
+    # The event's program as it would compile for these arguments (jax.stages.Lowered).
+    apply.lower = lambda states, env_step, spectra=None: event.lower(
+        states, env_step, *arguments(states, env_step, spectra), init_keys)
+    return apply
+
+
+_cond_after = jax.jit(event_report)
+
+
+def _needs(learner, plan: Plan) -> set[str]:
+    """What the plan's event needs (`Method.needs_of`), "reinit" resolved to the learner's."""
+    needs = set(plan.event.method.needs_of(plan.event.config))
     if "reinit" in needs:
         needs.add("fresh" if learner.reset_to == "fresh" else "initial")
+    return needs
+
+
+class _Same:
+    """A cache key equal only to a key of the same object (an Agent holds a dict: no hash)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+def _event_program(learner, plan: Plan, init_fn: Callable) -> Callable:
+    """The jitted event of `event_apply`, one per (learner, plan, init_fn) in a process: a
+    later run with the same agent (agents.make_agent), plan and init calls its compiled
+    program."""
+    try:
+        hash((plan, init_fn))
+    except TypeError:  # a setting that cannot be a key: a program of its own
+        return _make_event_program(_Same(learner), plan, init_fn)
+    return _cached_event_program(_Same(learner), plan, init_fn)
+
+
+def _make_event_program(same: _Same, plan: Plan, init_fn: Callable) -> Callable:
+    learner = same.obj
+    needs = _needs(learner, plan)
+    config = plan.event.config
+    spectral_map = (None if plan.event.method.spectral_map is None
+                    else plan.event.method.spectral_map(config))
     fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
-    spectral_map = None if method.spectral_map is None else method.spectral_map(config)
 
     def one(state, key, initial, fresh, data):
         reinit = fresh if learner.reset_to == "fresh" else initial
@@ -91,7 +167,7 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
         return plan.apply_event(state, ctx)
 
     @jax.jit
-    def event(states, step, data, extremes):
+    def event(states, step, data, extremes, init_keys):
         """The event and its report in one call: the inits it needs are part of it, so the
         parts of a fresh state it does not read are never computed (a layer reset's). The
         large matrices' cond_after is left to `weight_extremes`' shared programs; `kept`
@@ -111,36 +187,10 @@ def event_apply(learner, plan: Plan, seeds: list[int], init_fn: Callable, init_k
                          for name in sorted(defer)}  # not in a set's (hash-seeded) order
         return new, report, kept
 
-    def arguments(states, env_step: int, spectra: dict | None = None) -> tuple:
-        """The event's replay data (None: it needs none) and the large matrices' extremes."""
-        data = data_fn(env_step, *method.data_shape(config)) if "data" in needs else None
-        # The large matrices' extreme singular values, before and after, go through the
-        # programs the diagnostics compiled (weight_extremes): each compiles once per run.
-        extremes = _extremes(spectra)
-        for net, params in learner.weights(states).items():
-            have = extremes.setdefault(net, {})
-            have.update(weight_extremes(params, layers=shared_layers(params) - have.keys()))
-        return data, extremes
-
-    def apply(states, env_step: int, spectra: dict | None = None):
-        data, extremes = arguments(states, env_step, spectra)
-        new, report, kept = event(states, env_step, data, extremes)
-        for net, params in learner.weights(new).items():
-            if kept[net]:
-                after = weight_extremes(params, skip=kept[net], layers=kept[net].keys())
-                changes = {name: report[net][name]["fro_change"] for name in kept[net]}
-                before = {name: extremes[net][name] for name in kept[net]}
-                for name, metrics in _cond_after(changes, before, after).items():
-                    report[net][name]["cond_after"] = metrics["cond_after"]
-        return new, list(diag.rows(env_step, seeds, jax.device_get(report), method.name))
-
-    # The event's program as it would compile for these arguments (jax.stages.Lowered).
-    apply.lower = lambda states, env_step, spectra=None: event.lower(
-        states, env_step, *arguments(states, env_step, spectra))
-    return apply
+    return event
 
 
-_cond_after = jax.jit(event_report)
+_cached_event_program = functools.lru_cache(maxsize=8)(_make_event_program)
 
 
 def _extremes(spectra: dict | None) -> dict:

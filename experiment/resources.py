@@ -2,6 +2,7 @@
 states (traced, not allocated) against the device's memory, and the replay buffer, envs and
 states against the host's. The sizes themselves come from `experiment.memory` (no JAX)."""
 
+import functools
 
 import jax
 import numpy as np
@@ -50,14 +51,20 @@ def device_memory_bytes(device: jax.Device) -> int | None:
     return None
 
 
+@functools.lru_cache
+def _key_nbytes(dtype) -> int:
+    """Bytes of one key's data for a PRNG key dtype (its impl's)."""
+    data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct((), dtype))
+    return data.size * np.dtype(data.dtype).itemsize
+
+
 def tree_nbytes(tree) -> int:
     """Bytes of a pytree of arrays or shapes (a PRNG key counts as its key data)."""
     total = 0
     for leaf in jax.tree.leaves(tree):
         dtype = leaf.dtype
         if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):  # its own impl's key data
-            data = jax.eval_shape(jax.random.key_data, leaf)
-            total += data.size * np.dtype(data.dtype).itemsize
+            total += leaf.size * _key_nbytes(dtype)
         else:
             total += leaf.size * np.dtype(dtype).itemsize
     return total

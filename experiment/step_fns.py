@@ -1,5 +1,11 @@
 """The RL training loop's compiled functions, jitted and vmapped over seeds (the agent's init,
-its update, the next actions, the evaluation actions), and the evaluation episodes they drive."""
+its update, the next actions, the evaluation actions), and the evaluation episodes they drive.
+
+They are made once per agent (its functions) in a process: a run of the same agent, config and
+interventions as an earlier run of the process (a notebook's, a test's) calls the compiled
+programs of that run instead of tracing and lowering them again."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -12,8 +18,22 @@ from learners.batch import Batch
 def seed_init(agent: Agent, seeds, obs_dim: int, act_dim: int):
     """The jitted, seed-vmapped `agent.init` and the seeds' keys it initialises them from:
     `jax.random.key(s)` of each seed s (below 2**32), made in one vectorised call."""
-    keys = jax.vmap(jax.random.key)(np.asarray(seeds, dtype=np.uint32))
-    return jax.jit(jax.vmap(lambda k: agent.init(k, obs_dim, act_dim))), keys
+    keys = _seed_keys(np.asarray(seeds, dtype=np.uint32))
+    return _seed_init(agent.init, obs_dim, act_dim), keys
+
+
+_seed_keys = jax.jit(jax.vmap(jax.random.key))
+# Each seed's key folded with one number: (keys, data) -> keys.
+fold_seeds = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
+
+
+# How many agents' programs a process keeps: those of the runs it made last.
+PROGRAMS_KEPT = 8
+
+
+@functools.lru_cache(maxsize=PROGRAMS_KEPT)
+def _seed_init(init, obs_dim: int, act_dim: int):
+    return jax.jit(jax.vmap(lambda k: init(k, obs_dim, act_dim)))
 
 
 def to_batch(sample: dict[str, np.ndarray]) -> Batch:
@@ -23,7 +43,12 @@ def to_batch(sample: dict[str, np.ndarray]) -> Batch:
 def seeds_update(agent: Agent):
     """`agent.update` vmapped over seeds and jitted: the loop's update and `zero_metrics` call
     this one function, so JAX traces the update once between them."""
-    return jax.jit(jax.vmap(agent.update))
+    return _seeds_update(agent.update)
+
+
+@functools.lru_cache(maxsize=PROGRAMS_KEPT)
+def _seeds_update(update):
+    return jax.jit(jax.vmap(update))
 
 
 def make_step_fns(agent: Agent, update_seeds):
@@ -35,10 +60,14 @@ def make_step_fns(agent: Agent, update_seeds):
     update advances and `next_actions` leaves as they are: drawn again after an intervention,
     they use the same randomness, so an intervention that changes no weight (a clip with
     nothing outside [1/c, c]) changes nothing in the run."""
+    return _step_fns(agent.act, update_seeds)
 
+
+@functools.lru_cache(maxsize=PROGRAMS_KEPT)
+def _step_fns(act, update_seeds):
     def next_actions(states, obs, keys):
         act_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
-        return jax.vmap(agent.act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
+        return jax.vmap(act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
 
     def update_step(states, batches, keys, metric_sums):
         states, metrics = update_seeds(states, batches)
@@ -47,7 +76,7 @@ def make_step_fns(agent: Agent, update_seeds):
         return states, keys, metric_sums
 
     def eval_act(states, obs):
-        return jax.vmap(agent.act, in_axes=(0, 0, None, None))(states, obs, None, True)
+        return jax.vmap(act, in_axes=(0, 0, None, None))(states, obs, None, True)
 
     return (jax.jit(update_step, donate_argnums=(0, 3)), jax.jit(next_actions),
             jax.jit(eval_act))

@@ -34,6 +34,7 @@ from experiment.rundir.files import RunFiles
 from experiment.rundir.record import config_record, with_earlier_versions
 from experiment.step_fns import (
     evaluate,
+    fold_seeds,
     make_step_fns,
     seed_init,
     seeds_update,
@@ -119,8 +120,6 @@ class Trainer(LoopCheckpoints, DivergenceChecks):
         self.loss_warnings: dict = {}  # LOSS_WARNINGS's losses: {name: first crossing}
         self.stop = StopRequest()  # set (by a SIGTERM) to stop at the next episode end
         self.files = None
-        self.check_finite = jax.jit(lambda tree: jax.tree.map(
-            lambda x: jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1), tree))
 
     def event_data(self, env_step: int, batches: int, batch_size: int) -> Batch:
         """Replay minibatches (seeds, batches, batch_size, ...) for an intervention event, drawn
@@ -136,7 +135,7 @@ class Trainer(LoopCheckpoints, DivergenceChecks):
     def fresh_loop(self) -> Loop:
         shape = (self.cfg.num_seeds, self.cfg.utd, self.cfg.batch_size)
         states = self.init_fn(self.init_keys)
-        keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(self.init_keys)
+        keys = fold_seeds(self.init_keys, 1)
         metric_sums = zero_metrics(self.update_seeds, states, shape, self.obs_dim, self.act_dim)
         states, keys, metric_sums = as_restored((states, keys, metric_sums))
         env_rng = self.env.get_rng_state()

@@ -15,6 +15,7 @@ checkpointed, vmapped over seeds and reset like every other part of the state.
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -127,8 +128,22 @@ def _check_params(state: PyTree, method: Method, flag: str, paths: list[str],
 
 
 def _hooks(per_step: Sequence[Bound]) -> Hooks:
+    """The hooks of the per-step methods; equal methods get the same functions, so that equal
+    plans make the same agent and its compiled programs serve both (agents.make_agent)."""
     if not per_step:
         return NO_HOOKS
+    try:
+        return _shared_hooks(tuple(per_step))
+    except TypeError:  # a config that cannot be a key: hooks of its own
+        return _make_hooks(per_step)
+
+
+@functools.lru_cache(maxsize=8)
+def _shared_hooks(per_step: tuple[Bound, ...]) -> Hooks:
+    return _make_hooks(per_step)
+
+
+def _make_hooks(per_step: Sequence[Bound]) -> Hooks:
     losses = [b for b in per_step if b.method.kind == "loss"]
     after = [b for b in per_step
              if b.method.kind == "projection" or b.method.update_aux is not None]

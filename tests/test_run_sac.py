@@ -365,6 +365,7 @@ def test_actions_come_from_the_agent_as_it_is_after_an_intervention(tmp_path, st
 def test_diagnostics_compile_twice_at_most_when_features_wait_for_the_buffer(tmp_path):
     """Weight spectra alone until the buffer holds the diagnostics batch, then everything:
     two programs, compiled once each, whatever the number of evaluations."""
+    jax.clear_caches()  # none from an earlier run of the process (make_diagnostics keeps them)
     agent = make_agent("sac", SACConfig(hidden_dims=(8, 8)))
     cfg = TrainConfig(env="cartpole-swingup", max_steps=120, start_steps=20, batch_size=8,
                       eval_every=20, eval_episodes=1, diagnostics_batch_size=60,
@@ -543,6 +544,50 @@ def test_the_python_entry_point_trains_what_the_script_trains(tmp_path):
 
     for name in ("eval.csv", "interventions.csv"):
         assert rows(in_process, name) == rows(by_script, name) != []
+
+
+@pytest.mark.slow
+def test_a_config_run_again_in_the_process_compiles_nothing_and_matches(tmp_path):
+    """A second run of a config in one process (a notebook's) calls the programs compiled for
+    the first: the agent (agents.make_agent), its step functions (experiment/step_fns.py), the
+    event's and the diagnostics' programs are made once per process. It lowers no program
+    (none compiled, none loaded from the cache), traces only the plan check's abstract inits of
+    the per-step methods, and its files equal the first run's."""
+    from experiment import entry
+    from experiment.config import SAC_DEFAULTS
+
+    def config(name):
+        return dataclasses.replace(
+            SAC_DEFAULTS, env="cartpole-swingup", eval_episodes=1, progress=False,
+            logdir=str(tmp_path / name), max_steps=400, start_steps=100, eval_every=200,
+            action_repeat=4, batch_size=32, num_seeds=2, intervention="nap+clip",
+            intervention_steps=(300,), clip_c=1.1)
+
+    agent_config = SACConfig(hidden_dims=(24, 24))
+    first = entry.train(config("first"), agent_config)
+    plan = entry.prepare(config("second"), agent_config).plan
+    per_step_parts = [p for b in plan.bound if b.method.kind != "event" for p in b.parts]
+    traced, lowered = [], []
+
+    def listen(name, secs, fun_name="", **kwargs):
+        if name == "/jax/core/compile/jaxpr_trace_duration":
+            traced.append(fun_name)
+        if name == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            lowered.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        second = entry.train(config("second"), agent_config)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert lowered == [] and traced == ["<lambda>"] * len(per_step_parts) != [], (traced, lowered)
+
+    def rows(run_dir, name):
+        return [{k: v for k, v in r.items() if k != "wall_time"}
+                for r in read_csv(os.path.join(run_dir, name))]
+
+    for name in ("eval.csv", "interventions.csv", "diagnostics.csv"):
+        assert rows(first, name) == rows(second, name) != []
 
 
 def test_the_prepared_agent_with_its_hooks_is_the_one_the_trainer_trains(tmp_path, monkeypatch):

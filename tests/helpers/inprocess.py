@@ -2,7 +2,8 @@
 its module executed as `__main__` (runpy) with `sys.argv` set, its exit code, stdout and stderr
 captured at the file descriptors, and the process left as it was found (its flags, signal
 handlers, hooks, warnings and log filters, environment and working directory). A run then costs its
-compilation and training only, not a new interpreter importing JAX, MuJoCo and orbax."""
+training and the programs the process has not compiled yet (those of a config stay for its next
+run: experiment/step_fns.py), not a new interpreter importing JAX, MuJoCo and orbax."""
 
 import contextlib
 import gc
@@ -17,7 +18,6 @@ import tempfile
 import traceback
 import warnings
 
-import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
@@ -154,8 +154,8 @@ def run_script(path: str, args: list[str], cwd: str) -> subprocess.CompletedProc
             code = 1
         finally:
             # The run's objects (its run directory's lock among them) go now, as at a process's
-            # end, and its compiled programs with them.
+            # end. Its compiled programs stay: a later run of the same config calls them
+            # (experiment/step_fns.py), as a notebook's second run would.
             gc.collect()
-            jax.clear_caches()
         stdout, stderr = texts()
     return subprocess.CompletedProcess([sys.executable, path, *args], code, stdout, stderr)
