@@ -1,6 +1,7 @@
 """run_sac.py end to end, as a user types it: files, intervention events, diagnostics."""
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -391,6 +392,9 @@ def test_the_update_is_traced_once(tmp_path, monkeypatch, replay_on_device):
         return sac.update(*args, **kwargs)
 
     monkeypatch.setattr(agents, "sac", SimpleNamespace(**{**vars(sac), "update": update}))
+    # An empty agent cache (restored after the test): make_agent would otherwise give, for this
+    # config and its hooks, the agent an earlier test made from the module as it was.
+    monkeypatch.setattr(agents, "_built", functools.lru_cache(agents._built.__wrapped__))
     agent = agents.make_agent("sac", SACConfig(hidden_dims=(8, 8)))
     cfg = TrainConfig(env="cartpole-swingup", max_steps=40, start_steps=20, batch_size=8,
                       eval_every=40, eval_episodes=1, diagnostics=False, progress=False,
@@ -559,11 +563,11 @@ def test_a_config_run_again_in_the_process_compiles_nothing_and_matches(tmp_path
     def config(name):
         return dataclasses.replace(
             SAC_DEFAULTS, env="cartpole-swingup", eval_episodes=1, progress=False,
-            logdir=str(tmp_path / name), max_steps=400, start_steps=100, eval_every=200,
-            action_repeat=4, batch_size=32, num_seeds=2, intervention="nap+clip",
-            intervention_steps=(300,), clip_c=1.1)
+            logdir=str(tmp_path / name), max_steps=250, start_steps=100, eval_every=125,
+            action_repeat=8, batch_size=32, num_seeds=2, intervention="nap+clip",
+            intervention_steps=(200,), clip_c=1.1)
 
-    agent_config = SACConfig(hidden_dims=(24, 24))
+    agent_config = SACConfig(hidden_dims=(32, 32))
     first = entry.train(config("first"), agent_config)
     plan = entry.prepare(config("second"), agent_config).plan
     per_step_parts = [p for b in plan.bound if b.method.kind != "event" for p in b.parts]
@@ -604,6 +608,7 @@ def test_the_prepared_agent_with_its_hooks_is_the_one_the_trainer_trains(tmp_pat
     assert len(built) == 1 and built[0][2] is prepared.plan.hooks  # the hooked agent, once
     trainer = train.make_trainer(prepared.agent, cfg, prepared.plan)
     assert trainer.agent is prepared.agent and trainer.plan is prepared.plan and len(built) == 1
-    # Without a plan the trainer builds it and binds its hooks, as before.
+    # Without a plan the trainer builds it and binds its hooks, as before: to the same agent,
+    # which make_agent gives again for the same config and hooks.
     assert train.make_trainer(make_agent("sac", SACConfig(hidden_dims=(16, 16))),
-                              cfg).agent is not prepared.agent and len(built) == 2
+                              cfg).agent is prepared.agent and len(built) == 2

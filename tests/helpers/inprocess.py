@@ -18,6 +18,7 @@ import tempfile
 import traceback
 import warnings
 
+import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
@@ -26,6 +27,17 @@ from experiment import ctrl_c
 from tests.helpers import forkserver
 
 _ready = False
+# Past this resident size a worker drops every compiled program after a run (jax.clear_caches).
+KEEP_PROGRAMS_BELOW = 3 * 2**30
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory; past the limit where it cannot be read (no /proc)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return KEEP_PROGRAMS_BELOW
 
 
 def _init_absl_once() -> None:
@@ -154,8 +166,10 @@ def run_script(path: str, args: list[str], cwd: str) -> subprocess.CompletedProc
             code = 1
         finally:
             # The run's objects (its run directory's lock among them) go now, as at a process's
-            # end. Its compiled programs stay: a later run of the same config calls them
-            # (experiment/step_fns.py), as a notebook's second run would.
+            # end. Its compiled programs stay, as in a notebook: a later run of the same config
+            # calls them (experiment/step_fns.py), until the process holds KEEP_PROGRAMS_BELOW.
             gc.collect()
+            if _resident_bytes() >= KEEP_PROGRAMS_BELOW:
+                jax.clear_caches()
         stdout, stderr = texts()
     return subprocess.CompletedProcess([sys.executable, path, *args], code, stdout, stderr)
