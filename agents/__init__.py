@@ -30,6 +30,9 @@ class Agent(NamedTuple):
     train_parts: tuple[str, ...]  # the parameters gradient steps train
     reset_parts: tuple[str, ...]  # state paths a reset re-initialises
     reset_to: str  # "fresh" (a new key) or "initial" (the run's first weights)
+    # state -> the part of it that `act` reads, what each env step passes to the device: a jitted
+    # call's dispatch grows with its input's leaves (benchmarks/step_parts.py, next_actions)
+    acting: Callable = lambda state: state
 
 
 def _bind(module, config, hooks) -> dict:
@@ -50,6 +53,7 @@ def _sac(config: "sac.SACConfig", hooks=None) -> Agent:
         name="sac",
         config=config,
         act=sac.act,
+        acting=sac.acting,
         features=sac.features,
         weights=sac.weights,
         networks=networks,
@@ -68,6 +72,7 @@ def _bro(config: "bro_state.BROConfig", hooks=None) -> Agent:
         name="bro",
         config=config,
         act=bro.act,
+        acting=bro.acting,
         features=bro.features,
         weights=bro.weights,
         networks=networks,

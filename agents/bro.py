@@ -115,6 +115,14 @@ def _optimistic(state: BROState, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
     return state.optimistic_actor.apply_fn({"params": params}, obs, mean_c, log_std_c)
 
 
+def acting(state: BROState) -> BROState:
+    """The state with only what `act` reads (both actors' parameters); the rest is None."""
+    return BROState(actor=state.actor.replace(step=None, opt_state=None),
+                    optimistic_actor=state.optimistic_actor.replace(step=None, opt_state=None),
+                    critic=None, target_critic_params=None, temp=None, optimism=None,
+                    kl_weight=None, rng=None, step=None, target_entropy=None, plasticity=None)
+
+
 def act(state: BROState, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
     """Actions in [-1, 1] for `obs (..., obs_dim)`: a sample of the optimistic policy (data
     collection), or tanh of the conservative mean when deterministic (evaluation)."""

@@ -108,6 +108,13 @@ def init(key: jax.Array, obs_dim: int, act_dim: int, config: SACConfig) -> SACSt
     )
 
 
+def acting(state: SACState) -> SACState:
+    """The state with only what `act` reads (the actor's parameters); the rest is None."""
+    return SACState(actor=state.actor.replace(step=None, opt_state=None), critic=None,
+                    target_critic_params=None, temp=None, rng=None, step=None,
+                    target_entropy=None, plasticity=None)
+
+
 def act(state: SACState, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
     """Actions in [-1, 1] for `obs (..., obs_dim)`; tanh(mean) when deterministic."""
     mean, log_std = state.actor.apply_fn({"params": state.actor.params}, obs)

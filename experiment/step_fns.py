@@ -59,12 +59,15 @@ def make_step_fns(agent: Agent, update_seeds):
     The next env step's actions are drawn with a key derived from the loop's keys, which the
     update advances and `next_actions` leaves as they are: drawn again after an intervention,
     they use the same randomness, so an intervention that changes no weight (a clip with
-    nothing outside [1/c, c]) changes nothing in the run."""
-    return _step_fns(agent.act, update_seeds)
+    nothing outside [1/c, c]) changes nothing in the run.
+
+    The action functions take the seeds' states as they are and pass only `agent.acting` of them
+    to their programs: the actor's parameters, not the critics and optimizer states."""
+    return _step_fns(agent.act, agent.acting, update_seeds)
 
 
 @functools.lru_cache(maxsize=PROGRAMS_KEPT)
-def _step_fns(act, update_seeds):
+def _step_fns(act, acting, update_seeds):
     def next_actions(states, obs, keys):
         act_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
         return jax.vmap(act, in_axes=(0, 0, 0, None))(states, obs, act_keys, False)
@@ -78,8 +81,10 @@ def _step_fns(act, update_seeds):
     def eval_act(states, obs):
         return jax.vmap(act, in_axes=(0, 0, None, None))(states, obs, None, True)
 
-    return (jax.jit(update_step, donate_argnums=(0, 3)), jax.jit(next_actions),
-            jax.jit(eval_act))
+    next_jit, eval_jit = jax.jit(next_actions), jax.jit(eval_act)
+    return (jax.jit(update_step, donate_argnums=(0, 3)),
+            lambda states, obs, keys: next_jit(acting(states), obs, keys),
+            lambda states, obs: eval_jit(acting(states), obs))
 
 
 def evaluate(eval_act, states, env, episodes: int) -> np.ndarray:
